@@ -1,0 +1,44 @@
+# The front door. `make help` lists the targets; `make demo` and `make test` are all a newcomer needs.
+# Every target that runs project code first runs `setup`, which does nothing when nothing changed.
+
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+BIN := .venv/bin
+
+.PHONY: help setup demo test test-unit check kafka-start kafka-stop bench clean distclean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+setup: ## create .venv, install Python deps, copy the Kafka and Spark jars (only what changed)
+	@bash scripts/setup.sh
+
+demo: setup ## run the demo: broker, routes, messages routed end to end by the Spark job
+	$(BIN)/router demo
+
+test: setup ## run all tests: unit, integration (real Kafka broker, Spark) and e2e
+	$(BIN)/pytest -q
+
+test-unit: setup ## run the unit tests only (no Kafka, no Spark: seconds)
+	$(BIN)/pytest -q tests/unit
+
+check: setup ## lint and type-check: ruff and mypy
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+kafka-start: setup ## start the embedded Kafka broker on 127.0.0.1:19092 (state in .state/kafka)
+	$(BIN)/router kafka start
+
+kafka-stop: ## stop the embedded Kafka broker
+	$(BIN)/router kafka stop
+
+bench: setup ## measure routing throughput (bench/throughput.py)
+	$(BIN)/python -m bench.throughput
+
+clean: ## stop the broker; delete .state, checkpoints and tool caches (keeps .venv and the jars)
+	@if [ -x $(BIN)/router ]; then $(BIN)/router kafka stop || true; fi
+	rm -rf .state checkpoints spark-warehouse metastore_db derby.log .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean ## clean, then delete .venv and .cache (the next setup starts from scratch)
+	rm -rf .venv .cache

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# One idempotent set-up for a fresh machine that has only python3 (>= 3.10), a JDK 17 and Maven:
+#   1. .venv/                   created with `python3 -m venv` when missing
+#   2. pip install -e '.[dev]'  when pyproject.toml changed since the last install
+#   3. .cache/jars/{spark,kafka} copied from Maven Central when jvm/<side>/pom.xml changed
+# Each step leaves a stamp (the sha256 of its input) in .cache/stamps/; a second run does nothing
+# and says so. ROUTER_CACHE_DIR moves the cache (jars and stamps) elsewhere; PYTHON picks the
+# interpreter that creates the venv.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${ROUTER_CACHE_DIR:-$ROOT/.cache}"
+[[ "$CACHE" == /* ]] || CACHE="$PWD/$CACHE"  # mvn would read a relative one from jvm/<side>/
+STAMPS="$CACHE/stamps"
+VENV="$ROOT/.venv"
+PYTHON="${PYTHON:-python3}"
+did_something=0
+
+say() { printf 'setup: %s\n' "$*"; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+need() {
+    command -v "$1" >/dev/null 2>&1 || die "expected \`$1\` on PATH ($2)"
+}
+
+digest() { sha256sum "$1" | cut -d' ' -f1; }
+
+# stamp_is_current NAME INPUT: true when the stamp holds INPUT's current digest.
+stamp_is_current() {
+    [[ -f "$STAMPS/$1" ]] && [[ "$(cat "$STAMPS/$1")" == "$(digest "$2")" ]]
+}
+
+write_stamp() {
+    mkdir -p "$STAMPS"
+    digest "$2" >"$STAMPS/$1"
+}
+
+need "$PYTHON" "Python 3.10 or newer, to create .venv"
+need java "a JDK 17, to run Spark and the embedded Kafka broker"
+need mvn "Maven, to copy the Kafka and Spark jars from Maven Central"
+cd "$ROOT"
+
+# 1. The virtualenv.
+if [[ ! -x "$VENV/bin/python" ]]; then
+    say "creating .venv with $("$PYTHON" --version 2>&1)"
+    "$PYTHON" -m venv "$VENV"
+    rm -f "$STAMPS/pip"
+    did_something=1
+fi
+
+# 2. Python dependencies, the `streaming` package (editable) and the `router` command.
+if ! stamp_is_current pip pyproject.toml || [[ ! -x "$VENV/bin/router" ]]; then
+    if [[ -f "$STAMPS/pip" ]]; then why="pyproject.toml changed"; else why="first install"; fi
+    say "installing Python dependencies: pip install -e '.[dev]' ($why)"
+    mkdir -p "$CACHE"
+    # pip's own chatter goes to a log, shown only when it fails.
+    if ! { "$VENV/bin/python" -m pip install --disable-pip-version-check --upgrade pip \
+        && "$VENV/bin/python" -m pip install --disable-pip-version-check -e '.[dev]'; } \
+        >"$CACHE/pip-install.log" 2>&1; then
+        cat "$CACHE/pip-install.log" >&2
+        die "pip install failed (log above, also in $CACHE/pip-install.log)"
+    fi
+    write_stamp pip pyproject.toml
+    did_something=1
+fi
+
+# 3. Jars: copied into a fresh folder, swapped in whole, so no jar of an older pom is left behind.
+for side in spark kafka; do
+    pom="jvm/$side/pom.xml"
+    target="$CACHE/jars/$side"
+    if stamp_is_current "jars-$side" "$pom" && compgen -G "$target/*.jar" >/dev/null; then
+        continue
+    fi
+    if [[ -f "$STAMPS/jars-$side" ]]; then why="$pom changed"; else why="first copy"; fi
+    say "copying the $side jars from Maven Central ($why) into $target"
+    started=$SECONDS
+    rm -rf "$target.tmp"
+    mkdir -p "$CACHE"
+    if ! mvn -q -B -f "$pom" dependency:copy-dependencies -Djars.dir="$target.tmp" \
+        >"$CACHE/mvn-$side.log" 2>&1; then
+        cat "$CACHE/mvn-$side.log" >&2
+        die "mvn could not copy the $side jars (log above, also in $CACHE/mvn-$side.log)"
+    fi
+    rm -rf "$target"
+    mv "$target.tmp" "$target"
+    write_stamp "jars-$side" "$pom"
+    say "$(find "$target" -name '*.jar' | wc -l) $side jars in $((SECONDS - started)) s"
+    did_something=1
+done
+
+if [[ $did_something -eq 0 ]]; then
+    say "nothing to do: .venv, Python dependencies and jars are up to date"
+else
+    say "done"
+fi

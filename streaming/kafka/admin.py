@@ -1,0 +1,177 @@
+"""Thin helpers over confluent-kafka's AdminClient: topics and offsets.
+
+Every call takes the bootstrap address (`host:port[,host:port...]`) and builds its own short-lived
+client, so nothing is kept open between calls (a client must stay referenced until its futures
+resolve: a dropped AdminClient leaves them pending for ever). A broker that does not answer raises
+`KafkaUnavailable`; a request the broker refuses raises `RouterError` naming the topic and the
+broker's reason. librdkafka's own log lines go to the `streaming.kafka.librdkafka` logger, not stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, OffsetSpec
+
+from streaming.errors import KafkaUnavailable, RouterError
+
+_LIBRDKAFKA_LOG = logging.getLogger("streaming.kafka.librdkafka")
+
+
+def admin_client(bootstrap: str) -> AdminClient:
+    """Return an AdminClient for `bootstrap` whose log lines go to Python logging."""
+    return AdminClient({"bootstrap.servers": bootstrap}, logger=_LIBRDKAFKA_LOG)
+
+
+def cluster_metadata(bootstrap: str, timeout: float = 10.0) -> ClusterMetadata:
+    """Return the cluster's metadata (brokers and topics), or raise KafkaUnavailable."""
+    try:
+        return admin_client(bootstrap).list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise KafkaUnavailable(
+            f"expected a Kafka broker answering at {bootstrap} within {timeout:g} s, got: {exc}"
+        ) from exc
+
+
+def broker_count(bootstrap: str, timeout: float = 5.0) -> int:
+    """Return how many brokers the cluster at `bootstrap` reports (KafkaUnavailable if none answers)."""
+    return len(cluster_metadata(bootstrap, timeout).brokers)
+
+
+def topic_names(bootstrap: str, timeout: float = 10.0) -> set[str]:
+    """Return the names of the cluster's topics, internal ones (`__consumer_offsets`) included."""
+    return set(cluster_metadata(bootstrap, timeout).topics)
+
+
+def _result(future: Future[None], what: str, tolerated: int) -> bool:
+    """Wait for one admin future; return False when it failed with the tolerated error code."""
+    try:
+        future.result()
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        if isinstance(error, KafkaError) and error.code() == tolerated:
+            return False
+        if isinstance(error, KafkaError) and error.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
+            raise KafkaUnavailable(f"{what}: the broker did not answer: {error.str()}") from exc
+        raise RouterError(f"{what}: the broker refused: {exc}") from exc
+    return True
+
+
+def ensure_topics(
+    bootstrap: str,
+    names: Iterable[str],
+    partitions: int = 1,
+    compacted: bool = False,
+    *,
+    config: Mapping[str, str] | None = None,
+    timeout: float = 30.0,
+) -> list[str]:
+    """Create the topics that do not exist yet; return the names that were created.
+
+    Idempotent: an existing topic is left as it is, except that asking for `compacted` topics when
+    one exists without `cleanup.policy=compact` raises RouterError (a route table must not be
+    deleted by retention). Returns once every topic is in the metadata with a leader for each
+    partition. `config` adds topic settings (`segment.ms`, ...).
+    """
+    wanted = list(dict.fromkeys(names))
+    if partitions < 1:
+        raise RouterError(f"expected at least 1 partition per topic, got {partitions}")
+    if not wanted:
+        return []
+    topic_config = dict(config or {})
+    if compacted:
+        topic_config["cleanup.policy"] = "compact"
+    client = admin_client(bootstrap)
+    existing = set(cluster_metadata(bootstrap, timeout).topics)
+    missing = [name for name in wanted if name not in existing]
+    created: list[str] = []
+    if missing:
+        requests = [NewTopic(name, partitions, 1, config=topic_config) for name in missing]
+        futures = client.create_topics(requests, operation_timeout=timeout, request_timeout=timeout)
+        for name, future in futures.items():
+            if _result(future, f"creating topic {name!r} at {bootstrap}", KafkaError.TOPIC_ALREADY_EXISTS):
+                created.append(name)
+    if compacted:
+        _check_compacted(client, [name for name in wanted if name not in created], bootstrap, timeout)
+    _wait_for_leaders(bootstrap, wanted, timeout)
+    return created
+
+
+def _check_compacted(client: AdminClient, names: list[str], bootstrap: str, timeout: float) -> None:
+    if not names:
+        return
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
+    for resource, future in client.describe_configs(resources, request_timeout=timeout).items():
+        try:
+            entries = future.result()
+        except KafkaException as exc:
+            raise KafkaUnavailable(
+                f"reading the settings of topic {resource.name!r} at {bootstrap}: {exc}"
+            ) from exc
+        policy = entries["cleanup.policy"].value if "cleanup.policy" in entries else "delete"
+        if "compact" not in (policy or "").split(","):
+            raise RouterError(
+                f"expected topic {resource.name!r} at {bootstrap} to be compacted, "
+                f"it exists with cleanup.policy={policy}: delete it or change its policy"
+            )
+
+
+def _wait_for_leaders(bootstrap: str, names: list[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        topics = cluster_metadata(bootstrap, timeout).topics
+        pending = [
+            name
+            for name in names
+            if name not in topics
+            or topics[name].error is not None
+            or not topics[name].partitions
+            or any(p.leader < 0 for p in topics[name].partitions.values())
+        ]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise KafkaUnavailable(
+                f"expected topics {pending} at {bootstrap} to have a leader within {timeout:g} s"
+            )
+        time.sleep(0.05)
+
+
+def delete_topics(bootstrap: str, names: Iterable[str], timeout: float = 30.0) -> list[str]:
+    """Delete the topics that exist; return the names that were deleted (idempotent)."""
+    wanted = list(dict.fromkeys(names))
+    existing = set(cluster_metadata(bootstrap, timeout).topics)
+    present = [name for name in wanted if name in existing]
+    if not present:
+        return []
+    client = admin_client(bootstrap)  # kept referenced: its futures resolve only while it lives
+    futures = client.delete_topics(present, operation_timeout=timeout, request_timeout=timeout)
+    return [
+        name
+        for name, future in futures.items()
+        if _result(future, f"deleting topic {name!r} at {bootstrap}", KafkaError.UNKNOWN_TOPIC_OR_PART)
+    ]
+
+
+def end_offsets(bootstrap: str, topic: str, timeout: float = 10.0) -> dict[int, int]:
+    """Return each partition's end offset (the offset the next record will get)."""
+    metadata = cluster_metadata(bootstrap, timeout).topics.get(topic)
+    if metadata is None or metadata.error is not None:
+        reason = "it does not exist" if metadata is None else str(metadata.error)
+        raise RouterError(f"expected topic {topic!r} at {bootstrap}, {reason}")
+    request = {TopicPartition(topic, partition): OffsetSpec.latest() for partition in metadata.partitions}
+    client = admin_client(bootstrap)  # kept referenced: its futures resolve only while it lives
+    futures = client.list_offsets(request, request_timeout=timeout)
+    offsets: dict[int, int] = {}
+    for tp, future in futures.items():
+        try:
+            offsets[tp.partition] = future.result().offset
+        except KafkaException as exc:
+            raise KafkaUnavailable(
+                f"reading the end offset of {topic}[{tp.partition}] at {bootstrap}: {exc}"
+            ) from exc
+    return dict(sorted(offsets.items()))

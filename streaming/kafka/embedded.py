@@ -1,0 +1,453 @@
+"""A real single-node Apache Kafka 4.1 broker for development and tests, run as a child `java`.
+
+`EmbeddedKafka(state_dir)` runs `java -cp <.cache/jars/kafka/*> kafka.Kafka server.properties` in
+KRaft combined mode (one process is both broker and controller, node id 1, a static one-voter
+quorum). Everything lives in `state_dir`:
+
+    server.properties    written at every start (ports may change between starts)
+    log4j2.properties    the broker's logging: WARN, plus its start and stop lines
+    data/                log.dirs, formatted once (kafka.tools.StorageTool) with a new cluster id
+    kafka.pid            the java process id while it runs
+    kafka.log            the broker's stdout and stderr, appended to at every start
+
+Both listeners bind 127.0.0.1 only. Settings chosen for one node and fast tests: replication factor 1
+for the internal topics, one partition for `__consumer_offsets`, no initial rebalance delay, new
+topics with 1 partition, the log cleaner checking every 0.5 s (so compaction shows quickly).
+
+`auto.create.topics.enable=true`, on purpose: the Spark Kafka sink sends each row to the topic named
+in its `topic` column, and a destination (a network address, a service queue) may appear with the
+data; the sink cannot create topics, and a missing one would block the producer and fail the query.
+Topics that need settings (the compacted `routes` and `catalogs` topics) must be created with
+`streaming.kafka.admin.ensure_topics(..., compacted=True)` before anything writes to them.
+
+`start()` waits, with a deadline, until the broker answers an AdminClient metadata request; a broker
+already running from the same state dir is left alone and reported as such. `stop()` sends SIGTERM
+(a clean shutdown: the broker flushes and closes its logs) and SIGKILL only past a deadline.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from streaming.errors import KafkaUnavailable
+from streaming.jars import kafka_broker_classpath
+from streaming.kafka.admin import broker_count
+
+HOST = "127.0.0.1"
+# `router kafka start` listens here unless told otherwise; docker-compose.yml publishes its broker on
+# the same port, so `router` commands work unchanged against either. Tests pick free ports instead.
+DEFAULT_PORT = 19092
+KAFKA_MAIN_CLASS = "kafka.Kafka"
+STORAGE_TOOL_CLASS = "kafka.tools.StorageTool"
+JVM_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true")
+# The storage formatter runs for a second or two: a quick JIT and a small heap start it faster.
+FORMATTER_JVM_OPTIONS = ("-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+NODE_ID = 1
+
+_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.out.ref = out
+logger.raft.name = kafka.server.KafkaRaftServer
+logger.raft.level = INFO
+logger.broker.name = kafka.server.BrokerServer
+logger.broker.level = INFO
+"""
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    """What `status()` sees: a running broker has a pid and a bootstrap address."""
+
+    state_dir: Path
+    pid: int | None
+    bootstrap: str | None
+    log_file: Path
+
+    @property
+    def running(self) -> bool:
+        """True while the broker process of this state dir is alive."""
+        return self.pid is not None
+
+
+@dataclass(frozen=True)
+class StartResult:
+    """What `start()` did: `already_running` when it found a broker and left it alone."""
+
+    bootstrap: str
+    pid: int
+    already_running: bool
+    seconds: float
+
+
+@dataclass(frozen=True)
+class StopResult:
+    """What `stop()` did: `killed` when SIGTERM was not enough within the deadline."""
+
+    was_running: bool
+    killed: bool
+    seconds: float
+
+
+def free_port(exclude: frozenset[int] = frozenset()) -> int:
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((HOST, 0))
+            port = int(sock.getsockname()[1])
+        if port not in exclude:
+            return port
+
+
+def port_is_free(port: int) -> bool:
+    """Return True when a listener could bind `127.0.0.1:port` now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _accepts_connections(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _stop_with_parent() -> None:
+    """Ask Linux to send the child SIGTERM when its parent dies (runs between fork and exec).
+
+    So a test run killed outright leaves no broker behind. Elsewhere a no-op.
+    """
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def new_cluster_id() -> str:
+    """Return a KRaft cluster id: 16 random bytes, URL-safe base64 without padding (22 characters)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+
+
+def java_executable() -> str:
+    """Return the `java` to run: `$JAVA_HOME/bin/java`, else the one on PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return str(Path(java_home) / "bin" / "java")
+    found = shutil.which("java")
+    if found is None:
+        raise KafkaUnavailable("expected `java` (a JDK 17) on PATH or in $JAVA_HOME/bin, found neither")
+    return found
+
+
+class EmbeddedKafka:
+    """One Kafka broker whose files live in `state_dir` (see the module docstring).
+
+    `port=None` picks a free port at every start; the controller listener always gets a free port.
+    As a context manager it starts the broker in the caller's session (Ctrl-C reaches it too) and
+    stops it on exit: `with EmbeddedKafka(tmp) as kafka: use(kafka.bootstrap)`.
+    """
+
+    def __init__(
+        self, state_dir: Path | str, port: int | None = None, *, start_timeout: float = 60.0
+    ) -> None:
+        self.state_dir = Path(state_dir).expanduser().resolve()
+        self.port = port
+        self.start_timeout = start_timeout
+        self._process: subprocess.Popen[bytes] | None = None
+
+    # -- files -----------------------------------------------------------------------------------
+
+    @property
+    def server_properties(self) -> Path:
+        """The broker's configuration, rewritten at every start."""
+        return self.state_dir / "server.properties"
+
+    @property
+    def data_dir(self) -> Path:
+        """log.dirs: the broker's topics and its KRaft metadata log."""
+        return self.state_dir / "data"
+
+    @property
+    def pid_file(self) -> Path:
+        """Holds the java process id while the broker runs."""
+        return self.state_dir / "kafka.pid"
+
+    @property
+    def log_file(self) -> Path:
+        """The broker's stdout and stderr, appended to at every start."""
+        return self.state_dir / "kafka.log"
+
+    @property
+    def bootstrap(self) -> str:
+        """The running broker's bootstrap address; KafkaUnavailable when none runs."""
+        status = self.status()
+        if status.bootstrap is None:
+            raise KafkaUnavailable(f"expected a Kafka broker running from {self.state_dir}, none is")
+        return status.bootstrap
+
+    def _write_config(self, port: int, controller_port: int) -> None:
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": str(NODE_ID),
+            "controller.quorum.voters": f"{NODE_ID}@{HOST}:{controller_port}",
+            "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.data_dir),
+            "num.partitions": "1",
+            "auto.create.topics.enable": "true",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "log.cleaner.backoff.ms": "500",
+            "num.network.threads": "2",
+            "num.io.threads": "4",
+        }
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.server_properties.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+        (self.state_dir / "log4j2.properties").write_text(_LOG4J2)
+
+    def _read_port(self) -> int | None:
+        """The PLAINTEXT port of the last written server.properties."""
+        if not self.server_properties.is_file():
+            return None
+        for line in self.server_properties.read_text().splitlines():
+            if line.startswith("advertised.listeners="):
+                return int(line.rsplit(":", 1)[1])
+        return None
+
+    def _java_command(self, jvm_options: tuple[str, ...], main_class: str, *args: str) -> list[str]:
+        classpath = os.pathsep.join(str(jar) for jar in kafka_broker_classpath())
+        log4j = self.state_dir / "log4j2.properties"
+        return [
+            java_executable(),
+            *jvm_options,
+            f"-Dlog4j2.configurationFile={log4j}",
+            # Kafka's own shutdown hook logs its clean stop; log4j's hook would close the log first.
+            "-Dlog4j2.shutdownHookEnabled=false",
+            "-cp",
+            classpath,
+            main_class,
+            *args,
+        ]
+
+    # -- process ---------------------------------------------------------------------------------
+
+    def _read_pid(self) -> int | None:
+        try:
+            return int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _alive(self, pid: int) -> bool:
+        """True while `pid` is a live (not zombie) process; reaps it when it is our exited child."""
+        if self._process is not None and self._process.pid == pid:
+            return self._process.poll() is None
+        try:
+            reaped, _ = os.waitpid(pid, os.WNOHANG)
+            if reaped == pid:
+                return False
+        except ChildProcessError:
+            pass
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        stat = Path(f"/proc/{pid}/stat")
+        if stat.is_file():
+            try:
+                return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+            except (OSError, IndexError):
+                return False
+        return True
+
+    def _is_our_broker(self, pid: int) -> bool:
+        """True when `pid` is alive and (where /proc shows it) runs kafka.Kafka on our properties."""
+        if not self._alive(pid):
+            return False
+        cmdline = Path(f"/proc/{pid}/cmdline")
+        if not cmdline.is_file():
+            return True
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return KAFKA_MAIN_CLASS.encode() in args and str(self.server_properties).encode() in args
+
+    def status(self) -> BrokerStatus:
+        """Return whether the broker of this state dir runs, its pid and bootstrap address."""
+        pid = self._read_pid()
+        if pid is None or not self._is_our_broker(pid):
+            return BrokerStatus(self.state_dir, None, None, self.log_file)
+        port = self._read_port()
+        bootstrap = f"{HOST}:{port}" if port is not None else None
+        return BrokerStatus(self.state_dir, pid, bootstrap, self.log_file)
+
+    def _log_tail(self, lines: int = 25) -> str:
+        try:
+            text = self.log_file.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return "(no log)"
+        return "\n".join(text[-lines:])
+
+    def _format_storage(self) -> None:
+        """Format `data/` once; a formatted dir (it has meta.properties) is kept with its topics."""
+        if (self.data_dir / "meta.properties").is_file():
+            return
+        command = self._java_command(
+            FORMATTER_JVM_OPTIONS,
+            STORAGE_TOOL_CLASS,
+            "format",
+            "--config",
+            str(self.server_properties),
+            "--cluster-id",
+            new_cluster_id(),
+            "--ignore-formatted",
+        )
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise KafkaUnavailable(
+                f"formatting the Kafka storage in {self.data_dir} took over 120 s"
+            ) from exc
+        if result.returncode != 0:
+            output = (result.stdout + result.stderr).strip().splitlines()[-20:]
+            raise KafkaUnavailable(
+                f"expected {STORAGE_TOOL_CLASS} to format {self.data_dir}, "
+                f"it exited {result.returncode}:\n" + "\n".join(output)
+            )
+
+    def start(self, *, detach: bool = True) -> StartResult:
+        """Start the broker and wait until it answers; leave a running one alone.
+
+        `detach=True` (the CLI) puts the broker in its own session so that it outlives the caller;
+        `detach=False` (the context manager) keeps it in the caller's, so Ctrl-C stops it too, and
+        (on Linux) the broker gets SIGTERM when the caller dies, even by SIGKILL.
+        """
+        started = time.monotonic()
+        status = self.status()
+        if status.running and status.pid is not None and status.bootstrap is not None:
+            return StartResult(status.bootstrap, status.pid, already_running=True, seconds=0.0)
+        self.pid_file.unlink(missing_ok=True)
+
+        port = self.port if self.port is not None else free_port()
+        if not port_is_free(port):
+            raise KafkaUnavailable(
+                f"expected port {port} on {HOST} to be free for the Kafka broker, something listens there "
+                f"(another broker? `router kafka status`, or pick another with --port)"
+            )
+        controller_port = free_port(exclude=frozenset({port}))
+        self._write_config(port, controller_port)
+        self._format_storage()
+
+        command = self._java_command(JVM_OPTIONS, KAFKA_MAIN_CLASS, str(self.server_properties))
+        with self.log_file.open("ab") as log:
+            log.write(f"=== router: starting Kafka on {HOST}:{port} at {time.ctime()} ===\n".encode())
+            log.flush()
+            self._process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.state_dir,
+                start_new_session=detach,
+                preexec_fn=None if detach else _stop_with_parent,
+            )
+        pid = self._process.pid
+        self.pid_file.write_text(f"{pid}\n")
+        bootstrap = f"{HOST}:{port}"
+        self._wait_until_ready(pid, port, bootstrap)
+        return StartResult(bootstrap, pid, already_running=False, seconds=time.monotonic() - started)
+
+    def _wait_until_ready(self, pid: int, port: int, bootstrap: str) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            if not self._alive(pid):
+                self.pid_file.unlink(missing_ok=True)
+                raise KafkaUnavailable(
+                    f"the Kafka broker exited while starting; the end of {self.log_file}:\n{self._log_tail()}"
+                )
+            if _accepts_connections(port):
+                try:
+                    if broker_count(bootstrap, timeout=2.0) > 0:
+                        return
+                except KafkaUnavailable:
+                    pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise KafkaUnavailable(
+                    f"expected the Kafka broker to answer at {bootstrap} within {self.start_timeout:g} s, "
+                    f"it did not (stopped it); the end of {self.log_file}:\n{self._log_tail()}"
+                )
+            time.sleep(0.1)
+
+    def stop(self, timeout: float = 30.0) -> StopResult:
+        """Stop the broker: SIGTERM, wait up to `timeout` s, then SIGKILL. No broker: nothing to do."""
+        started = time.monotonic()
+        status = self.status()
+        if status.pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return StopResult(was_running=False, killed=False, seconds=0.0)
+        pid = status.pid
+        killed = False
+        os.kill(pid, signal.SIGTERM)
+        if not self._wait_for_exit(pid, timeout):
+            os.kill(pid, signal.SIGKILL)
+            killed = True
+            if not self._wait_for_exit(pid, 10.0):
+                raise KafkaUnavailable(f"the Kafka broker (pid {pid}) survived SIGKILL for 10 s")
+        self.pid_file.unlink(missing_ok=True)
+        self._process = None
+        return StopResult(was_running=True, killed=killed, seconds=time.monotonic() - started)
+
+    def _wait_for_exit(self, pid: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self._alive(pid):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    # -- context manager -------------------------------------------------------------------------
+
+    def __enter__(self) -> EmbeddedKafka:
+        self.start(detach=False)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,86 @@
+"""Shared fixtures. Tiers (see pyproject's markers): tests/unit need no services; tests/integration
+share ONE broker (and later one Spark session) for the whole pytest session; tests/e2e run the CLI.
+
+Where the integration broker comes from, by environment:
+
+    (default)                               an EmbeddedKafka in a temporary dir, free port, stopped at exit
+    ROUTER_TEST_KAFKA=docker                testcontainers' KafkaContainer (image: ROUTER_TEST_KAFKA_IMAGE)
+    ROUTER_TEST_KAFKA_BOOTSTRAP=host:port   an existing cluster, left as it is
+
+Every test takes its own topics and consumer groups from `unique_topic` / `unique_group`, so tests
+never see each other's records on the shared broker.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+DEFAULT_DOCKER_IMAGE = "confluentinc/cp-kafka:7.6.0"  # what testcontainers' KafkaContainer drives
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """The bootstrap address of the session's one Kafka broker (see the module docstring)."""
+    existing = os.environ.get("ROUTER_TEST_KAFKA_BOOTSTRAP")
+    if existing:
+        yield existing
+        return
+    mode = os.environ.get("ROUTER_TEST_KAFKA", "embedded")
+    if mode == "docker":
+        from testcontainers.kafka import KafkaContainer
+
+        image = os.environ.get("ROUTER_TEST_KAFKA_IMAGE", DEFAULT_DOCKER_IMAGE)
+        with KafkaContainer(image).with_kraft() as container:
+            yield container.get_bootstrap_server()
+        return
+    if mode != "embedded":
+        raise pytest.UsageError(f"ROUTER_TEST_KAFKA must be 'embedded' or 'docker', got {mode!r}")
+
+    from streaming.kafka.embedded import EmbeddedKafka
+
+    # Its own temporary dir rather than tmp_path_factory's: pytest prunes old base temp dirs when
+    # another pytest run starts, which must not pull the data dir from under a running broker.
+    with tempfile.TemporaryDirectory(prefix="router-test-kafka-") as state_dir:
+        with EmbeddedKafka(state_dir) as broker:
+            yield broker.bootstrap
+
+
+@pytest.fixture
+def unique_topic() -> Callable[[str], str]:
+    """A factory of topic names no other test uses: `unique_topic("orders")` -> `test.orders.<uuid>`."""
+
+    def make(label: str = "topic") -> str:
+        return f"test.{label}.{uuid.uuid4().hex[:12]}"
+
+    return make
+
+
+@pytest.fixture
+def unique_group() -> Callable[[str], str]:
+    """A factory of consumer group ids no other test uses."""
+
+    def make(label: str = "group") -> str:
+        return f"test-{label}-{uuid.uuid4().hex[:12]}"
+
+    return make
+
+
+# --- Spark ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def spark(kafka_bootstrap: str):  # type: ignore[no-untyped-def]
+    """The session's one SparkSession, built by the same function as the job (with the Kafka jars).
+
+    It depends on the broker so that Spark stops before the broker does.
+    """
+    from streaming.spark.session import build_session
+
+    session = build_session("router-tests", shuffle_partitions=1)
+    yield session
+    session.stop()
