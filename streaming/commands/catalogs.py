@@ -1,0 +1,88 @@
+"""`router catalogs load FILE...` and `router catalogs list`: instance catalogs on the catalogs topic.
+
+A catalog is one instance's databases (name, broker instance, whether delivery is on, services)
+and its Service Broker endpoint settings (address, MESSAGE_FORWARDING, MESSAGE_FORWARD_SIZE, F1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from streaming.commands.common import (
+    add_bootstrap_argument,
+    add_prefix_argument,
+    bootstrap_from,
+    format_table,
+)
+from streaming.kafka.avro import catalog_to_record
+from streaming.rules.model import Instance
+from streaming.tables.loading import load_catalog_files
+from streaming.tables.topic_io import publish_catalogs, read_catalogs
+from streaming.topics import catalogs_topic
+
+
+def register(subparsers: Any) -> None:
+    """Add `catalogs` with its `load` and `list` sub-commands."""
+    parser = subparsers.add_parser("catalogs", help="load and list instance catalogs", description=__doc__)
+    sub = parser.add_subparsers(dest="catalogs_command", metavar="ACTION", required=True)
+
+    load = sub.add_parser("load", help="validate catalog files and publish them to the catalogs topic")
+    load.add_argument("files", nargs="+", type=Path, metavar="FILE", help="instance catalog .yaml/.yml")
+    load.add_argument(
+        "--dry-run", action="store_true", help="validate the files and print them; publish nothing"
+    )
+    add_bootstrap_argument(load)
+    add_prefix_argument(load)
+    load.set_defaults(func=run_load)
+
+    listing = sub.add_parser("list", help="print the catalogs read back from the catalogs topic")
+    listing.add_argument("--json", action="store_true", help="one JSON object per instance")
+    add_bootstrap_argument(listing)
+    add_prefix_argument(listing)
+    listing.set_defaults(func=run_list)
+
+
+def run_load(args: argparse.Namespace) -> int:
+    """Validate every file, then publish one record per instance."""
+    instances = load_catalog_files(args.files)
+    topic = catalogs_topic(args.topic_prefix)
+    if not args.dry_run:
+        publish_catalogs(bootstrap_from(args), instances, topic)
+    for instance in instances:
+        print(f"{instance.name}: {instance.address}, {len(instance.databases)} database(s)")
+    verb = "checked" if args.dry_run else f"published to {topic}"
+    print(f"{verb}: {len(instances)} instance catalog(s)")
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """Print each instance's endpoint settings and databases."""
+    topic = catalogs_topic(args.topic_prefix)
+    instances, version = read_catalogs(bootstrap_from(args), topic)
+    if args.json:
+        for instance in instances:
+            print(json.dumps(catalog_to_record(instance)))
+        return 0
+    for instance in instances:
+        print(describe(instance))
+        print()
+    print(f"{topic} version {version}: {len(instances)} instance(s)")
+    return 0
+
+
+def describe(instance: Instance) -> str:
+    """Return an instance's catalog as text: its settings, then a table of its databases."""
+    forwarding = "enabled" if instance.forwarding else "disabled"
+    head = (
+        f"instance {instance.name}  address {instance.address}  forwarding {forwarding}  "
+        f"forward_size {instance.forward_size_mb} MB  retry {instance.retry_s:g} s"
+    )
+    rows = [
+        (d.name, d.broker_instance, "yes" if d.broker_enabled else "no", ", ".join(d.services) or "-")
+        for d in instance.databases
+    ]
+    table = format_table(("DATABASE", "BROKER INSTANCE", "ENABLED", "SERVICES"), rows)
+    return head + "\n" + "\n".join("  " + line for line in table.splitlines())

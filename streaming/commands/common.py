@@ -1,0 +1,102 @@
+"""What the commands that talk to Kafka share: the bootstrap address, the topic prefix, output helpers."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+
+from streaming.errors import ConfigError
+from streaming.topics import DEFAULT_PREFIX
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
+"""Where `router kafka start` (and docker-compose.yml) puts the broker."""
+BOOTSTRAP_ENV = "ROUTER_BOOTSTRAP"
+
+
+def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
+    """Add `--bootstrap` (default: $ROUTER_BOOTSTRAP, else DEFAULT_BOOTSTRAP)."""
+    parser.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT",
+        default=None,
+        help=f"Kafka bootstrap servers (default: ${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})",
+    )
+
+
+def add_prefix_argument(parser: argparse.ArgumentParser) -> None:
+    """Add `--topic-prefix` (default: the router's namespace)."""
+    parser.add_argument(
+        "--topic-prefix",
+        metavar="P",
+        default=DEFAULT_PREFIX,
+        help=f"namespace of the router's topics (default: {DEFAULT_PREFIX})",
+    )
+
+
+def bootstrap_from(args: argparse.Namespace) -> str:
+    """Return the bootstrap address: `--bootstrap`, else $ROUTER_BOOTSTRAP, else DEFAULT_BOOTSTRAP."""
+    given = getattr(args, "bootstrap", None)
+    if given:
+        return str(given)
+    return os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
+
+
+def utc_now() -> datetime:
+    """Return the current instant, UTC (commands read the clock here, the rules never do)."""
+    return datetime.now(timezone.utc)
+
+
+def parse_instant_arg(text: str, flag: str) -> datetime:
+    """Return the UTC instant of an ISO-8601 command-line value (`Z` or an offset; naive = UTC)."""
+    value = text.strip()
+    if value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"
+    try:
+        instant = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise ConfigError(f"{flag}: expected an instant like 2026-01-01T00:00:00Z, got {text!r}") from exc
+    if instant.tzinfo is None:
+        return instant.replace(tzinfo=timezone.utc)
+    return instant.astimezone(timezone.utc)
+
+
+def format_instant(value: datetime | None) -> str | None:
+    """Return `value` as `2026-01-01T00:00:00Z` (milliseconds when it has them), or None."""
+    if value is None:
+        return None
+    utc = value.astimezone(timezone.utc) if value.tzinfo else value
+    text = utc.strftime("%Y-%m-%dT%H:%M:%S")
+    if utc.microsecond:
+        text += f".{utc.microsecond // 1000:03d}"
+    return text + "Z"
+
+
+def json_safe(value: object) -> object:
+    """Return `value` with datetimes as instants and bytes as text (UTF-8) or `{"base64": ...}`."""
+    if isinstance(value, datetime):
+        return format_instant(value)
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Return rows as left-aligned columns under their headers."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in (headers, *rows)
+    ]
+    return "\n".join(lines)

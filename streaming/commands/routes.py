@@ -1,0 +1,122 @@
+"""`router routes load FILE...` and `router routes list`: route tables on the routes topic.
+
+`load` reads YAML route tables and CREATE/ALTER/DROP ROUTE scripts, validates all of them against
+each other and against the table on the topic, and only then publishes (a drop is a tombstone).
+`list` reads the table back from the topic and marks the routes that have expired (R6).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from streaming.commands.common import (
+    add_bootstrap_argument,
+    add_prefix_argument,
+    bootstrap_from,
+    format_instant,
+    format_table,
+    parse_instant_arg,
+    utc_now,
+)
+from streaming.rules.model import Route
+from streaming.tables.loading import load_route_files
+from streaming.tables.topic_io import publish_routes, read_route_table
+from streaming.topics import routes_topic
+
+
+def register(subparsers: Any) -> None:
+    """Add `routes` with its `load` and `list` sub-commands."""
+    parser = subparsers.add_parser("routes", help="load and list route tables", description=__doc__)
+    sub = parser.add_subparsers(dest="routes_command", metavar="ACTION", required=True)
+
+    load = sub.add_parser("load", help="validate route files and publish them to the routes topic")
+    load.add_argument(
+        "files", nargs="+", type=Path, metavar="FILE", help="route table .yaml/.yml or T-SQL .sql"
+    )
+    load.add_argument(
+        "--scope", metavar="DB", help="database of routes that name none (no USE / no scope field)"
+    )
+    load.add_argument(
+        "--dry-run", action="store_true", help="validate the files and print them; publish nothing"
+    )
+    add_bootstrap_argument(load)
+    add_prefix_argument(load)
+    load.set_defaults(func=run_load)
+
+    listing = sub.add_parser("list", help="print the route table read back from the routes topic")
+    listing.add_argument("--at", metavar="TIME", help="judge expiry at this UTC instant (default: now)")
+    listing.add_argument("--scope", metavar="DB", help="only the routes of this database")
+    listing.add_argument("--json", action="store_true", help="one JSON object per route")
+    add_bootstrap_argument(listing)
+    add_prefix_argument(listing)
+    listing.set_defaults(func=run_list)
+
+
+def run_load(args: argparse.Namespace) -> int:
+    """Validate every file, then publish; print one line per published change."""
+    operations = load_route_files(args.files, now=utc_now(), default_scope=args.scope)
+    topic = routes_topic(args.topic_prefix)
+    if args.dry_run:
+        for operation in operations:
+            print(f"{operation.op:<7} {operation.key}  ({operation.source})")
+        print(f"checked {len(operations)} route operation(s) in {len(args.files)} file(s); published nothing")
+        return 0
+    changes = publish_routes(bootstrap_from(args), operations, topic)
+    for change in changes:
+        print(f"{change.action:<7} {change.key}  ({change.source})")
+    print(f"published {len(changes)} route change(s) to {topic}")
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """Print the table on the routes topic, expired routes marked."""
+    at = parse_instant_arg(args.at, "--at") if args.at else utc_now()
+    topic = routes_topic(args.topic_prefix)
+    routes, version = read_route_table(bootstrap_from(args), topic)
+    if args.scope is not None:
+        routes = tuple(r for r in routes if r.scope == args.scope)
+    if args.json:
+        for route in routes:
+            print(json.dumps(route_json(route, at)))
+        return 0
+    rows = [route_row(route, at) for route in routes]
+    headers = ("SCOPE", "NAME", "SERVICE", "BROKER INSTANCE", "ADDRESS", "MIRROR", "EXPIRES")
+    if rows:
+        print(format_table(headers, rows))
+    expired = sum(1 for r in routes if not r.is_active(at))
+    print(f"{topic} version {version}: {len(routes)} route(s), {expired} expired at {format_instant(at)}")
+    return 0
+
+
+def route_row(route: Route, at: datetime) -> tuple[str, ...]:
+    """Return a route as table cells: `*` for any service or broker (R2, R3), expiry marked (R6)."""
+    expires = "never" if route.expires_at is None else str(format_instant(route.expires_at))
+    if not route.is_active(at):
+        expires += " EXPIRED"
+    return (
+        route.scope,
+        route.name,
+        "*" if route.service is None else route.service,
+        "*" if route.broker_instance is None else route.broker_instance,
+        route.address,
+        "-" if route.mirror_address is None else route.mirror_address,
+        expires,
+    )
+
+
+def route_json(route: Route, at: datetime) -> dict[str, object]:
+    """Return a route as `routes list --json` prints it."""
+    return {
+        "scope": route.scope,
+        "name": route.name,
+        "service": route.service,
+        "broker_instance": route.broker_instance,
+        "address": route.address,
+        "mirror_address": route.mirror_address,
+        "expires_at": format_instant(route.expires_at),
+        "expired": not route.is_active(at),
+    }

@@ -1,0 +1,53 @@
+"""Load route and catalog files of any supported kind, validating them all before returning."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+
+from streaming.errors import ConfigError
+from streaming.rules.model import Instance
+from streaming.tables.operations import RouteOperation, check_operations
+from streaming.tables.tsql import load_route_script
+from streaming.tables.validate import validate_instances
+from streaming.tables.yaml_files import load_catalog_yaml, load_route_yaml
+
+YAML_SUFFIXES = (".yaml", ".yml")
+SQL_SUFFIXES = (".sql",)
+
+
+def load_route_files(
+    paths: Iterable[Path], *, now: datetime, default_scope: str | None = None
+) -> list[RouteOperation]:
+    """Return the operations of every route file, in file order then statement order.
+
+    `.yaml`/`.yml` files are route tables, `.sql` files CREATE/ALTER/DROP ROUTE scripts; `now` is
+    the instant LIFETIME and lifetime_s count from (R6). A route created twice with no drop between
+    is a duplicate, across files too.
+    """
+    operations: list[RouteOperation] = []
+    for path in paths:
+        suffix = path.suffix.lower()
+        if suffix in YAML_SUFFIXES:
+            operations.extend(load_route_yaml(path, now=now, default_scope=default_scope))
+        elif suffix in SQL_SUFFIXES:
+            operations.extend(load_route_script(path, now=now, default_scope=default_scope))
+        else:
+            raise ConfigError(
+                f"{path}: expected a .yaml, .yml or .sql route file, got {suffix or 'no suffix'!r}"
+            )
+    check_operations(operations)
+    return operations
+
+
+def load_catalog_files(paths: Iterable[Path]) -> tuple[Instance, ...]:
+    """Return the instances of every catalog YAML file, checked together (names unique, L4)."""
+    loaded = []
+    for path in paths:
+        if path.suffix.lower() not in YAML_SUFFIXES:
+            raise ConfigError(
+                f"{path}: expected a .yaml or .yml catalog file, got {path.suffix or 'no suffix'!r}"
+            )
+        loaded.extend(load_catalog_yaml(path))
+    return validate_instances(loaded)

@@ -1,0 +1,279 @@
+"""The routes, catalogs, send and tail commands without a broker: parsing, building, printing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Message
+
+from streaming.commands import catalogs, common, routes, send, tail
+from streaming.errors import ConfigError
+from streaming.kafka import avro
+from streaming.rules.model import Route
+from streaming.tables.validate import Source
+
+UTC = timezone.utc
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+REPO = Path(__file__).resolve().parents[2]
+GUID = "5fb8d92b-ed69-4c80-afbb-2aa6a7d3cb2d"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """Parse like `router`, with only this helper's command modules registered."""
+    parser = argparse.ArgumentParser(prog="router")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in (routes, catalogs, send, tail):
+        module.register(sub)
+    return parser.parse_args(argv)
+
+
+def test_bootstrap_flag_then_environment_then_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(common.BOOTSTRAP_ENV, raising=False)
+    assert common.bootstrap_from(parse(["routes", "list"])) == common.DEFAULT_BOOTSTRAP == "127.0.0.1:19092"
+    monkeypatch.setenv(common.BOOTSTRAP_ENV, "env:1")
+    assert common.bootstrap_from(parse(["routes", "list"])) == "env:1"
+    assert common.bootstrap_from(parse(["routes", "list", "--bootstrap", "flag:2"])) == "flag:2"
+
+
+def test_routes_load_dry_run_validates_without_a_broker(capsys: pytest.CaptureFixture[str]) -> None:
+    args = parse(["routes", "load", "--dry-run", str(REPO / "routes/demo/routes.sql")])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "create  AW/OrderPartsRoute" in out
+    assert "checked 3 route operation(s) in 1 file(s); published nothing" in out
+
+
+def test_routes_load_refuses_a_bad_file_before_publishing(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- {scope: AW, name: r, address: LOCAL}\n- {scope: AW, name: s, address: 'tcp://nope'}\n")
+    args = parse(["routes", "load", str(bad), "--bootstrap", "127.0.0.1:1"])
+    with pytest.raises(ConfigError, match=r"bad\.yaml:2: route AW/s: field 'address'"):
+        args.func(args)
+
+
+def test_catalogs_load_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
+    args = parse(["catalogs", "load", "--dry-run", str(REPO / "routes/demo/catalogs.yaml")])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "i1: TCP://i1.example:4022, 2 database(s)" in out
+    assert "checked: 2 instance catalog(s)" in out
+
+
+def test_route_rows_mark_expired_routes() -> None:
+    live = Route(scope="AW", name="r", address="LOCAL")
+    old = Route(scope="AW", name="o", service="S", address="TCP://h:1", expires_at=NOW - timedelta(seconds=1))
+    assert routes.route_row(live, NOW) == ("AW", "r", "*", "*", "LOCAL", "-", "never")
+    assert routes.route_row(old, NOW)[-1] == "2025-12-31T23:59:59Z EXPIRED"
+    assert routes.route_json(old, NOW)["expired"] is True
+    assert routes.route_json(old, NOW - timedelta(days=1))["expired"] is False
+
+
+def test_catalog_description_lists_databases() -> None:
+    (instance,) = [
+        i
+        for i in __import__("streaming.tables.loading", fromlist=["x"]).load_catalog_files(
+            [REPO / "routes/demo/catalogs.yaml"]
+        )
+        if i.name == "i2"
+    ]
+    text = catalogs.describe(instance)
+    assert text.splitlines()[0].startswith("instance i2  address TCP://i2.example:4022  forwarding disabled")
+    assert "Parts" in text and "OrderParts" in text
+
+
+# --- send -------------------------------------------------------------------------------------------
+
+
+def _defaults(**overrides: object) -> dict[str, object]:
+    args = parse(["send", "--instance", "i1", "--from-database", "AW", "--to-service", "OrderParts"])
+    return {**send.defaults_from_args(args), "conversation_id": "c1", **overrides}
+
+
+def test_send_builds_encodable_records_numbered_in_one_conversation() -> None:
+    records = [send.message_record({**_defaults(), "body": "m {n}"}, n, NOW, Source("cli")) for n in range(3)]
+    assert [r["sequence_number"] for r in records] == [0, 1, 2]
+    assert [r["body"] for r in records] == [b"m 0", b"m 1", b"m 2"]
+    decoded = avro.decode_message(avro.encode_message(records[0]))
+    assert decoded["origin_database"] == "AW"
+    assert decoded["is_initiator"] is True
+    assert decoded["to_service"] == "OrderParts"
+    assert decoded["enqueued_at"] == NOW
+
+
+def test_send_reply_and_ttl_flags() -> None:
+    args = parse(
+        [
+            "send",
+            "--instance",
+            "i1",
+            "--from-database",
+            "AW",
+            "--to-service",
+            "S",
+            "--reply",
+            "--ttl-ms",
+            "1000",
+            "--to-broker-instance",
+            GUID.upper(),
+        ]
+    )
+    record = send.message_record({**send.defaults_from_args(args), "body": ""}, 0, NOW, Source("cli"))
+    assert record["is_initiator"] is False
+    assert record["to_broker_instance"] == GUID
+    assert record["expires_at"] == NOW + timedelta(seconds=1)
+
+
+def test_send_file_yaml_overrides_defaults_and_numbers_per_conversation(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "- {body: first}\n"
+        "- {conversation_id: other, to_service: AuditService}\n"
+        "- {message_id: m3, hops_remaining: 2}\n"
+    )
+    records = send.records_from_file(path, _defaults(), NOW)
+    assert [(r["conversation_id"], r["sequence_number"]) for r in records] == [
+        ("c1", 0),
+        ("other", 0),
+        ("c1", 1),
+    ]
+    assert records[0]["body"] == b"first"
+    assert records[1]["to_service"] == "AuditService"
+    assert records[2]["message_id"] == "m3" and records[2]["hops_remaining"] == 2
+
+
+def test_send_file_json(tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps([{"to_service": "X", "is_initiator": False}]))
+    (record,) = send.records_from_file(path, _defaults(), NOW)
+    assert record["to_service"] == "X" and record["is_initiator"] is False
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ("- {colour: red}\n", r"m\.yaml:1: message #1: field 'colour': unknown field"),
+        ("- {body: ok}\n- {hops_remaining: many}\n", r"m\.yaml:2: message #2: .*hops_remaining"),
+        (
+            "- {to_broker_instance: nope}\n",
+            r"m\.yaml:1: message #1: field 'to_broker_instance': expected a GUID",
+        ),
+        ("- 42\n", r"m\.yaml:1: message #1: expected a mapping"),
+        ("[]\n", r"m\.yaml: expected a non-empty list of messages"),
+    ],
+)
+def test_send_file_errors_name_file_line_and_field(tmp_path: Path, text: str, pattern: str) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=pattern):
+        send.records_from_file(path, _defaults(), NOW)
+
+
+def test_send_origin_rules() -> None:
+    outbound = send.message_record({**_defaults(), "body": ""}, 0, NOW, Source("cli"))
+    send.check_origins([outbound], inbound=False, file=None)
+    with pytest.raises(ConfigError, match="an inbound message has no origin_database"):
+        send.check_origins([outbound], inbound=True, file=None)
+    inbound = {**outbound, "origin_database": None}
+    send.check_origins([inbound], inbound=True, file=None)
+    with pytest.raises(ConfigError, match="expected the sending database"):
+        send.check_origins([inbound], inbound=False, file=None)
+
+
+def test_send_command_line_errors() -> None:
+    args = parse(["send", "--instance", "i1", "--inbound", "--from-database", "AW", "--to-service", "S"])
+    with pytest.raises(ConfigError, match="--from-database"):
+        send.run(args)
+    with pytest.raises(ConfigError, match="--to-service"):
+        send.run(parse(["send", "--instance", "i1", "--from-database", "AW"]))
+
+
+# --- tail -------------------------------------------------------------------------------------------
+
+
+def test_topic_kinds() -> None:
+    assert tail.topic_kind("router.routes") == "route"
+    assert tail.topic_kind("router.catalogs") == "catalog"
+    assert tail.topic_kind("router.i1.deadletter") == "raw"
+    assert tail.topic_kind("router.i1.queue.AW.S") == "message"
+
+
+def _message_bytes() -> bytes:
+    return avro.encode_message(
+        avro.new_message_record(
+            message_id="m1",
+            conversation_id="c1",
+            to_service="S",
+            from_service="F",
+            origin_database="AW",
+            body=b"hello",
+            enqueued_at=NOW,
+        )
+    )
+
+
+def test_tail_decodes_a_message_with_all_headers() -> None:
+    record = Message(
+        topic="router.i1.queue.AW.S",
+        partition=0,
+        offset=7,
+        key=b"c1",
+        value=_message_bytes(),
+        headers=[
+            ("outcome", b"deliver"),
+            ("route", b"AutoCreatedLocal"),
+            ("match_step", b"M5"),
+            ("note", b"a"),
+            ("note", b"b"),
+            ("raw", b"\xff"),
+        ],
+        timestamp=(1, 1767225600000),
+    )
+    described = tail.describe_record(record, "message")
+    assert described["headers"] == {
+        "outcome": "deliver",
+        "route": "AutoCreatedLocal",
+        "match_step": "M5",
+        "note": ["a", "b"],
+        "raw": "0xff",
+    }
+    assert described["value"]["body"] == "hello"
+    assert described["value"]["enqueued_at"] == "2026-01-01T00:00:00Z"
+    assert described["timestamp"] == "2026-01-01T00:00:00Z"
+    json.dumps(described)
+    text = tail.format_record(described)
+    assert text.startswith("router.i1.queue.AW.S[0]@7  2026-01-01T00:00:00Z  key=c1")
+    assert "outcome=deliver" in text
+
+
+def test_tail_prints_undecodable_and_deadletter_records_as_hex() -> None:
+    bad = Message(
+        topic="router.i1.outbound",
+        partition=0,
+        offset=1,
+        key=b"k",
+        value=b"\x01\x02",
+        headers=[("error", b"boom")],
+    )
+    described = tail.describe_record(bad, "message")
+    assert described["value_hex"] == "0102"
+    assert "expected Avro router.v1.Message" in described["error"]
+    assert "undecodable:" in tail.format_record(described)
+    dead = tail.describe_record(
+        Message(
+            topic="router.i1.deadletter", partition=0, offset=2, value=b"\xab", headers=[("error", b"bad")]
+        ),
+        "raw",
+    )
+    assert dead["value_hex"] == "ab" and dead["headers"] == {"error": "bad"} and "error" not in dead
+
+
+def test_tail_route_tombstone() -> None:
+    described = tail.describe_record(
+        Message(topic="router.routes", partition=0, offset=3, key=b"AW/r"), "route"
+    )
+    assert described["tombstone"] is True
+    assert "tombstone" in tail.format_record(described)
