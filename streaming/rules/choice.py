@@ -1,0 +1,123 @@
+"""Choosing one route from the candidate set: C0 dedupe, tiers C1-C4, and the pick C5 (spec §1.5).
+
+Tiers are tried in order and an empty tier is skipped:
+
+* C1 (MI1) routes with a mirror address;
+* C2 routes whose address is LOCAL, kept only when §1.6 can locate the service with them;
+* C3 routes with a network address and no mirror;
+* C4 TRANSPORT routes, kept only when the service name yields a next hop (T1, T4).
+
+When every tier is empty the message has no usable route (same fate as M7).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from streaming.rules.model import Route
+from streaming.rules.transport import transport_address
+
+C1 = "C1"
+C2 = "C2"
+C3 = "C3"
+C4 = "C4"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The route chosen and the choice step (tier) that chose it."""
+
+    route: Route
+    step: str
+
+
+def deterministic_index(conversation_id: str, count: int) -> int:
+    """Return which of `count` equal options a conversation takes (C5, M3).
+
+    The spec says "arbitrarily" (C5 [AMB]). This engine uses
+    `zlib.crc32(conversation_id as UTF-8) % count`: every message of a conversation makes the same
+    choice while the candidates stay the same (K2), different conversations spread over the
+    options, and a Spark SQL engine can reproduce it exactly with `crc32(...) % count`.
+    """
+    return zlib.crc32(conversation_id.encode("utf-8")) % count
+
+
+def dedupe_candidates(candidates: Iterable[Route]) -> tuple[Route, ...]:
+    """Collapse routes equal in (broker instance, service, address) into one (C0, R10).
+
+    Name, owner, mirror address and lifetime are not part of the identity (C0 [AMB] faithful
+    reading), so duplicates do not bias the choice. Of routes sharing an identity, the one with the
+    smallest name represents them. The result is sorted ascending by identity, the order C5 picks
+    from; broker instances are in canonical form, as loading guarantees (R3).
+    """
+    by_identity: dict[tuple[str, str, str], Route] = {}
+    for route in sorted(candidates, key=lambda r: r.name):
+        by_identity.setdefault(route.identity, route)
+    return tuple(sorted(by_identity.values(), key=lambda r: r.identity))
+
+
+def pick_one(candidates: Sequence[Route], conversation_id: str) -> Route:
+    """Choose one of a tier's deduplicated, identity-sorted candidates (C5).
+
+    Index `deterministic_index(conversation_id, len(candidates))` into the candidates sorted
+    ascending by their C0 identity tuple `(broker_instance or "", service or "", address)`.
+    """
+    return candidates[deterministic_index(conversation_id, len(candidates))]
+
+
+def mirror_tier(candidates: Iterable[Route]) -> list[Route]:
+    """C1, MI1: routes that have a mirror address.
+
+    R5 [AMB] faithful reading: CREATE ROUTE's demand that a mirror route name service and broker
+    instance is a DDL rule; a mirror route present in a table is routed whatever it names.
+    """
+    return [r for r in candidates if r.mirror_address is not None]
+
+
+def local_tier(candidates: Iterable[Route], locatable: Callable[[Route], bool]) -> list[Route]:
+    """C2: LOCAL routes with which the destination service can actually be located.
+
+    C2 detail [AMB] faithful reading: the test is "can §1.6 locate a destination for this
+    conversation with this route" (service present, in a broker-enabled database, in the database
+    named by the broker instance if any); `locatable` answers it. If not, C3/C4 are tried.
+    """
+    return [r for r in candidates if r.mirror_address is None and r.is_local and locatable(r)]
+
+
+def network_tier(candidates: Iterable[Route]) -> list[Route]:
+    """C3: routes with a network (`TCP://`) address and no mirror address."""
+    return [r for r in candidates if r.mirror_address is None and not r.is_local and not r.is_transport]
+
+
+def transport_tier(candidates: Iterable[Route], service: str) -> list[Route]:
+    """C4, T2: TRANSPORT routes, usable only when the service name begins with an address (T1, T4)."""
+    if transport_address(service) is None:
+        return []
+    return [r for r in candidates if r.mirror_address is None and r.is_transport]
+
+
+def choose_route(
+    candidates: Iterable[Route],
+    *,
+    service: str,
+    conversation_id: str,
+    locatable: Callable[[Route], bool],
+) -> Choice | None:
+    """Return the route chosen for a message, or None when no tier has a usable route (C0-C5).
+
+    The candidates are deduplicated (C0), then the first non-empty tier of C1, C2, C3, C4 picks one
+    route (C5). A `locatable` route is one §1.6 can deliver with (C2).
+    """
+    unique = dedupe_candidates(candidates)
+    tiers: tuple[tuple[str, list[Route]], ...] = (
+        (C1, mirror_tier(unique)),
+        (C2, local_tier(unique, locatable)),
+        (C3, network_tier(unique)),
+        (C4, transport_tier(unique, service)),
+    )
+    for step, tier in tiers:
+        if tier:
+            return Choice(pick_one(tier, conversation_id), step)
+    return None

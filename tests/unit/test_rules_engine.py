@@ -1,0 +1,138 @@
+"""The reference engine end to end on one message, and the batch semantics of `RoutingBatch`."""
+
+from __future__ import annotations
+
+from rules_factories import AW, DB2, acl, batch, decide_one, instance, message, route
+
+from streaming.rules.batch import Decider
+from streaming.rules.engine import ReferenceEngine, decide_message
+from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, REMOTE, Outcome, Reason
+from streaming.rules.snapshot import RouteSnapshot
+
+BCN_ROUTE = route("AW", "Bcn", "LOCAL", BROKER_CONFIGURATION_SERVICE)
+
+
+def test_reference_engine_is_a_decider() -> None:
+    engine: Decider = ReferenceEngine()
+    assert engine.decide(batch([], [])).decisions == ()
+
+
+def test_every_decision_is_taken_at_the_batch_clock_with_its_table() -> None:
+    result = ReferenceEngine().decide(batch([acl("AW")], [message("m1"), message("m2", "c2", "Nowhere")]))
+    assert [(d.id, d.outcome, d.scope) for d in result.decisions] == [
+        ("m1", Outcome.DELIVER, "AW"),
+        ("m2", Outcome.DELAYED, "AW"),
+    ]
+    assert {d.at for d in result.decisions} == {batch([], []).now}
+
+
+def test_m6_virtual_route_is_reported_as_null_route() -> None:
+    decision = decide_one([], message(origin=REMOTE, broker_instance=DB2))
+    assert (decision.outcome, decision.database, decision.match_step, decision.choice_step) == (
+        Outcome.DELIVER,
+        "DB2",
+        "M6",
+        "C2",
+    )
+    printed = decision.to_json_dict()
+    assert "route" in printed and printed["route"] is None
+
+
+def test_d5_no_route_delays_local_and_drops_incoming() -> None:
+    local = decide_one([], message(service="Nowhere"))
+    incoming = decide_one([], message(service="Nowhere", origin=REMOTE))
+    assert (local.outcome, local.reason, local.match_step) == (Outcome.DELAYED, Reason.NO_ROUTE, "M7")
+    assert (incoming.outcome, incoming.reason, incoming.match_step) == (
+        Outcome.DROPPED,
+        Reason.NO_ROUTE,
+        "M7",
+    )
+
+
+def test_local_route_that_cannot_locate_reports_service_not_found() -> None:
+    decision = decide_one([acl("AW")], message(service="Nowhere"))
+    assert (decision.outcome, decision.reason, decision.match_step) == (
+        Outcome.DELAYED,
+        Reason.SERVICE_NOT_FOUND,
+        "M5",
+    )
+
+
+def test_l2_conversation_broker_beats_origin_database() -> None:
+    inst = instance(*[d for d in instance().databases])
+    decision = decide_one([acl("AW")], message(service="TargetService", broker_instance=DB2), inst=inst)
+    assert decision.database == "DB2"
+    assert (
+        decide_one([acl("AW")], message(service="TargetService", broker_instance=AW)).outcome
+        is Outcome.DELAYED
+    )
+
+
+def test_m4_decision_carries_the_request_and_its_table() -> None:
+    decision = decide_one([BCN_ROUTE, acl("AW")], message(service="NewService"))
+    assert (decision.outcome, decision.reason, decision.requests, decision.scope, decision.match_step) == (
+        Outcome.DELAYED,
+        Reason.ROUTE_REQUESTED,
+        "NewService",
+        "AW",
+        "M4",
+    )
+
+
+def test_m4_incoming_is_dropped_but_still_requests() -> None:
+    msdb_bcn = route("msdb", "Bcn", "LOCAL", BROKER_CONFIGURATION_SERVICE)
+    decision = decide_one([msdb_bcn], message(service="NewService", origin=REMOTE))
+    assert (decision.outcome, decision.requests, decision.scope) == (Outcome.DROPPED, "NewService", "msdb")
+
+
+def test_b4_first_m4_in_a_batch_creates_the_request_later_ones_see_it_pending() -> None:
+    messages = [message("m1", "c1", "New"), message("m2", "c2", "New"), message("m3", "c3", "Other")]
+    result = ReferenceEngine().decide(batch([BCN_ROUTE, acl("AW")], messages))
+    assert [d.match_step for d in result.decisions] == ["M4", "M5", "M4"]
+    assert result.requests == (("AW", "New"), ("AW", "Other"))
+
+
+def test_b4_request_pending_from_an_earlier_batch() -> None:
+    result = ReferenceEngine().decide(
+        batch([BCN_ROUTE, acl("AW")], [message(service="New")], pending={("AW", "New")})
+    )
+    assert result.decisions[0].match_step == "M5"
+    assert result.requests == ()
+
+
+def test_b4_pending_is_per_table() -> None:
+    result = ReferenceEngine().decide(batch([BCN_ROUTE], [message(service="New")], pending={("DB2", "New")}))
+    assert result.requests == (("AW", "New"),)
+
+
+def test_d1_message_of_a_waiting_conversation_is_delayed_behind_it() -> None:
+    decision = ReferenceEngine().decide(batch([acl("AW")], [message()], waiting={"c1"})).decisions[0]
+    assert (decision.outcome, decision.match_step, decision.reason) == (
+        Outcome.DELAYED,
+        None,
+        Reason.NO_ROUTE,
+    )
+    assert decision.extra == {"waiting_behind": "c1"}
+
+
+def test_d1_a_conversation_delayed_in_the_batch_holds_its_later_messages() -> None:
+    routes = [acl("AW")]
+    messages = [message("m1", "c1", "Nowhere"), message("m2", "c1", "TargetService"), message("m3", "c2")]
+    decisions = ReferenceEngine().decide(batch(routes, messages)).decisions
+    assert [(d.id, d.outcome, d.match_step) for d in decisions] == [
+        ("m1", Outcome.DELAYED, "M5"),
+        ("m2", Outcome.DELAYED, None),
+        ("m3", Outcome.DELIVER, "M5"),
+    ]
+
+
+def test_d5_incoming_messages_never_wait_behind_a_conversation() -> None:
+    decision = (
+        ReferenceEngine().decide(batch([acl("msdb")], [message(origin=REMOTE)], waiting={"c1"})).decisions[0]
+    )
+    assert (decision.outcome, decision.database) == (Outcome.DELIVER, "DB2")
+
+
+def test_decide_message_ignores_the_batch_state() -> None:
+    snapshot = RouteSnapshot.of(batch([acl("AW")], []))
+    assert decide_message(message(), snapshot).outcome is Outcome.DELIVER
