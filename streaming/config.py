@@ -1,0 +1,106 @@
+"""Settings of one router job: one typed, frozen object, read once at start-up (STYLE 5).
+
+A settings file is YAML; every key is optional but `instance`:
+
+    instance: i1                      # the instance whose traffic this job routes (catalog name)
+    bootstrap: 127.0.0.1:19092        # Kafka bootstrap servers (env ROUTER_BOOTSTRAP overrides)
+    topic_prefix: router              # the router's topic namespace (streaming.topics)
+    checkpoint_dir: .state/checkpoints/i1
+    trigger_seconds: 1.0              # micro-batch interval of `router run`
+    max_offsets_per_trigger: 200000   # upper bound of records per micro-batch
+    spark_master: local[2]            # or spark://host:7077 (env ROUTER_SPARK_MASTER overrides)
+    shuffle_partitions: 2
+    kafka_options: {}                 # extra `kafka.*` options for the Spark source and sink
+
+Secrets (SASL passwords in `kafka_options`) are never printed: `describe()` masks them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from streaming.errors import ConfigError
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
+_KNOWN = {
+    "instance", "bootstrap", "topic_prefix", "checkpoint_dir", "trigger_seconds",
+    "max_offsets_per_trigger", "spark_master", "shuffle_partitions", "kafka_options",
+}
+_SECRET_WORDS = ("password", "secret", "jaas", "token", "key")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a router job needs to know, fixed for its lifetime."""
+
+    instance: str
+    bootstrap: str = DEFAULT_BOOTSTRAP
+    topic_prefix: str = "router"
+    checkpoint_dir: Path = Path(".state/checkpoints")
+    trigger_seconds: float = 1.0
+    max_offsets_per_trigger: int = 200_000
+    spark_master: str = "local[2]"
+    shuffle_partitions: int = 2
+    kafka_options: Mapping[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """One line for logs, with secret-looking Kafka options masked."""
+        options = {
+            k: ("***" if any(w in k.lower() for w in _SECRET_WORDS) else v) for k, v in self.kafka_options.items()
+        }
+        return (
+            f"instance={self.instance} bootstrap={self.bootstrap} prefix={self.topic_prefix} "
+            f"checkpoint={self.checkpoint_dir} trigger={self.trigger_seconds}s master={self.spark_master} "
+            f"kafka_options={options}"
+        )
+
+
+def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
+    """Read a settings file (or none), apply environment and explicit overrides, validate."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{p}: cannot read settings: {exc}") from exc
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: expected a mapping of settings, got {type(loaded).__name__}")
+        unknown = sorted(set(loaded) - _KNOWN)
+        if unknown:
+            raise ConfigError(f"{p}: unknown setting(s) {unknown}; known: {sorted(_KNOWN)}")
+        raw.update(loaded)
+    if os.environ.get("ROUTER_BOOTSTRAP"):
+        raw["bootstrap"] = os.environ["ROUTER_BOOTSTRAP"]
+    if os.environ.get("ROUTER_SPARK_MASTER"):
+        raw["spark_master"] = os.environ["ROUTER_SPARK_MASTER"]
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    where = str(path) if path is not None else "settings"
+    instance = raw.get("instance")
+    if not isinstance(instance, str) or not instance:
+        raise ConfigError(f"{where}: `instance` is required (the catalog name of the instance to route for)")
+    try:
+        settings = Settings(
+            instance=instance,
+            bootstrap=str(raw.get("bootstrap", DEFAULT_BOOTSTRAP)),
+            topic_prefix=str(raw.get("topic_prefix", "router")),
+            checkpoint_dir=Path(raw.get("checkpoint_dir", Path(".state/checkpoints") / instance)),
+            trigger_seconds=float(raw.get("trigger_seconds", 1.0)),
+            max_offsets_per_trigger=int(raw.get("max_offsets_per_trigger", 200_000)),
+            spark_master=str(raw.get("spark_master", "local[2]")),
+            shuffle_partitions=int(raw.get("shuffle_partitions", 2)),
+            kafka_options={str(k): str(v) for k, v in (raw.get("kafka_options") or {}).items()},
+        )
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: a setting has the wrong type: {exc}") from exc
+    if settings.trigger_seconds <= 0 or settings.max_offsets_per_trigger <= 0:
+        raise ConfigError(f"{where}: trigger_seconds and max_offsets_per_trigger must be positive")
+    return settings

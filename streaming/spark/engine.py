@@ -1,0 +1,593 @@
+"""The routing rules as Spark SQL: the same steps as `streaming.rules`, run inside the JVM.
+
+The route snapshot is grouped on the driver side into small broadcast tables keyed by what a
+message matches on: (scope, service) for routes naming a service, scope for wildcard routes,
+service for the databases hosting it, broker instance for S4. Each message then makes a few
+broadcast hash lookups and every rule step is a SQL expression over the arrays it found
+(`filter`, `transform`, `array_sort`): a narrow, shuffle-free plan with no Python on the hot path.
+Only the in-batch order rules (D1 delayed-behind, B4 first request) aggregate, and only over the
+rows they concern.
+
+The arbitrary choices of the spec are the reference engine's deterministic ones: index
+`crc32(conversation_id) % n` over the candidates sorted by their C0 identity (C5) and over the
+distinct broker instances in M3; L3 tries the origin database first, then catalog order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from streaming.rules.model import (
+    BROKER_CONFIGURATION_SERVICE,
+    REMOTE,
+    Instance,
+    MirrorRole,
+    Route,
+    normalize_address,
+)
+
+MSDB = "msdb"
+
+MESSAGE_SCHEMA = StructType(
+    [
+        StructField("pos", LongType(), False),
+        StructField("id", StringType(), False),
+        StructField("conversation_id", StringType(), False),
+        StructField("service", StringType(), False),
+        StructField("origin", StringType(), False),
+        StructField("bid", StringType(), True),
+        StructField("from_target", BooleanType(), False),
+        StructField("message_type", StringType(), False),
+        StructField("hops_remaining", IntegerType(), False),
+        StructField("ttl_s", DoubleType(), True),
+        StructField("size_bytes", LongType(), False),
+    ]
+)
+MESSAGE_COLUMNS = tuple(f.name for f in MESSAGE_SCHEMA.fields)
+
+ROUTE_SCHEMA = StructType(
+    [
+        StructField("scope", StringType(), False),
+        StructField("name", StringType(), False),
+        StructField("service", StringType(), True),
+        StructField("broker_instance", StringType(), True),
+        StructField("address", StringType(), False),
+        StructField("mirror_address", StringType(), True),
+        StructField("expires_at", TimestampType(), True),
+    ]
+)
+
+DECISION_COLUMNS = (
+    "outcome",
+    "d_database",
+    "d_address",
+    "d_route",
+    "match_step",
+    "choice_step",
+    "reason",
+    "requests",
+    "d_hops_remaining",
+    "d_scope",
+)
+
+TIER_MIRROR, TIER_LOCAL, TIER_NETWORK, TIER_TRANSPORT = 1, 2, 3, 4
+_TRANSPORT_PREFIX = r"^([tT][cC][pP]://[^/:]+:[0-9]+)"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The broadcast side, built once per route snapshot: routes grouped by matching key, the catalog.
+
+    Nothing here depends on the clock: each route keeps its expiry and R6 is applied per batch.
+    """
+
+    named: DataFrame
+    """n_scope, n_service, n_routes: array of route structs naming that service (M1–M3)."""
+    scopes: DataFrame
+    """s_scope, s_wild (routes with neither service nor broker instance, M5), s_bcn (expiries, M4)."""
+    hosted: DataFrame
+    """h_service, h_dbs (array of {name, bid} of broker-enabled hosts, catalog order), h_any."""
+    databases: DataFrame
+    """e_bid, e_name: broker-enabled databases by broker instance (S4)."""
+    instance_address: str
+    forwarding: bool
+    forward_budget_bytes: int
+    has_bcn: bool
+    version: str = ""
+
+    def unpersist(self) -> None:
+        """Release the cached tables of a snapshot that has been replaced."""
+        for frame in (self.named, self.scopes, self.hosted, self.databases):
+            frame.unpersist()
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """What changes from batch to batch: the clock and the small driver-held sets."""
+
+    now: datetime
+    pending: DataFrame
+    """p_scope, p_service: MissingRoute requests outstanding (B4)."""
+    waiting: DataFrame
+    """w_conversation_id: conversations with a delayed message waiting (D1)."""
+    has_pending: bool
+    has_waiting: bool
+
+
+def batch_context(
+    spark: SparkSession,
+    now: datetime,
+    pending: frozenset[tuple[str, str]] = frozenset(),
+    waiting: frozenset[str] = frozenset(),
+) -> BatchContext:
+    """Return the per-batch inputs as small DataFrames."""
+    return BatchContext(
+        now=now,
+        pending=spark.createDataFrame(sorted(pending), "p_scope string, p_service string"),
+        waiting=spark.createDataFrame([(c,) for c in sorted(waiting)], "w_conversation_id string"),
+        has_pending=bool(pending),
+        has_waiting=bool(waiting),
+    )
+
+
+def route_frame(spark: SparkSession, routes: tuple[Route, ...] | list[Route]) -> DataFrame:
+    """Return route model objects as a ROUTE_SCHEMA DataFrame."""
+    rows = [
+        (
+            r.scope, r.name, r.service, r.broker_instance, r.address, r.mirror_address,
+            r.expires_at.replace(tzinfo=None) if r.expires_at else None,
+        )
+        for r in routes
+    ]
+    return spark.createDataFrame(rows, ROUTE_SCHEMA)
+
+
+def _norm(col: Column) -> Column:
+    """normalize_address in SQL: lowercase, no trailing `/` (R4)."""
+    return F.lower(F.regexp_replace(F.trim(col), "/+$", ""))
+
+
+def build_snapshot(
+    spark: SparkSession,
+    instance: Instance,
+    routes: DataFrame,
+    mirrors: Mapping[str, MirrorRole] | None = None,
+    version: str = "",
+    cache: bool = False,
+) -> Snapshot:
+    """Group the routes by matching key and attach each route's tier and target.
+
+    A mirror route's target is the partner that says it is principal, or null (MI2, MI3); a
+    network route's target is its address; LOCAL and TRANSPORT targets are found per message.
+    With `cache`, the grouped tables are computed once and kept for every batch of the snapshot.
+    """
+    principals = [a for a, role in (mirrors or {}).items() if role == MirrorRole.PRINCIPAL]
+    principal_set = F.array(*[F.lit(a) for a in principals]) if principals else F.array().cast("array<string>")
+    upper = F.upper(F.trim(F.col("address")))
+    tier = (
+        F.when(upper == "LOCAL", TIER_LOCAL)
+        .when(upper == "TRANSPORT", TIER_TRANSPORT)
+        .when(F.col("mirror_address").isNotNull(), TIER_MIRROR)
+        .otherwise(TIER_NETWORK)
+    )
+    mirror_target = F.when(F.array_contains(principal_set, _norm(F.col("address"))), F.col("address")).when(
+        F.array_contains(principal_set, _norm(F.col("mirror_address"))), F.col("mirror_address")
+    )
+    target = F.when(tier == TIER_MIRROR, mirror_target).when(tier == TIER_NETWORK, F.col("address"))
+    route_struct = F.struct(
+        F.col("name").alias("name"),
+        F.col("broker_instance").alias("bid"),
+        F.col("service").alias("service"),
+        F.col("address").alias("address"),
+        tier.alias("tier"),
+        target.alias("target"),
+        F.col("expires_at").alias("expires_at"),
+    )
+    shaped = routes.select("scope", "service", "broker_instance", route_struct.alias("r"))
+    named = (
+        shaped.where(F.col("service").isNotNull())
+        .groupBy("scope", "service")
+        .agg(F.collect_list("r").alias("n_routes"))
+        .select(F.col("scope").alias("n_scope"), F.col("service").alias("n_service"), "n_routes")
+    )
+    is_bcn = F.col("service") == F.lit(BROKER_CONFIGURATION_SERVICE)
+    wildcard = F.col("service").isNull() & F.col("broker_instance").isNull()
+    scopes = shaped.groupBy("scope").agg(
+        F.filter(F.collect_list(F.when(wildcard, F.col("r"))), lambda r: r.isNotNull()).alias("s_wild"),
+        F.filter(
+            F.collect_list(F.when(is_bcn, F.struct(F.col("r")["expires_at"].alias("e")))), lambda r: r.isNotNull()
+        ).alias("s_bcn"),
+    ).withColumnRenamed("scope", "s_scope")
+    hosted_rows = [
+        (s, d.name, d.broker_instance, d.broker_enabled, i)
+        for i, d in enumerate(instance.databases)
+        for s in d.services
+    ]
+    hosted_raw = spark.createDataFrame(
+        hosted_rows, "service string, name string, bid string, enabled boolean, ord int"
+    )
+    hosted = hosted_raw.groupBy("service").agg(
+        F.transform(
+            F.array_sort(
+                F.filter(
+                    F.collect_list(F.struct("ord", "name", "bid", "enabled")), lambda h: h["enabled"]
+                )
+            ),
+            lambda h: F.struct(h["name"].alias("name"), h["bid"].alias("bid")),
+        ).alias("h_dbs"),
+        F.lit(True).alias("h_any"),
+    ).withColumnRenamed("service", "h_service")
+    databases = spark.createDataFrame(
+        [(d.broker_instance, d.name) for d in instance.databases if d.broker_enabled],
+        "e_bid string, e_name string",
+    )
+    if cache:
+        named, scopes, hosted, databases = (f.persist() for f in (named, scopes, hosted, databases))
+        for frame in (named, scopes, hosted, databases):
+            frame.count()
+    return Snapshot(
+        named=named,
+        scopes=scopes,
+        hosted=hosted,
+        databases=databases,
+        instance_address=normalize_address(instance.address),
+        forwarding=instance.forwarding,
+        forward_budget_bytes=instance.forward_size_mb * 1024 * 1024,
+        has_bcn=routes.where(is_bcn).limit(1).count() > 0,
+        version=version,
+    )
+
+
+def _pick(arr: Column) -> Column:
+    """C5: the deterministic pick, element crc32(conversation_id) mod size (null when empty)."""
+    n = F.size(arr)
+    index = F.pmod(F.crc32(F.col("conversation_id").cast("binary")), F.greatest(n, F.lit(1)).cast("long"))
+    return F.when(n > 0, F.get(arr, index.cast("int")))
+
+
+def _identity_key(r: Column) -> Column:
+    return F.struct(
+        F.coalesce(r["bid"], F.lit("")), F.coalesce(r["service"], F.lit("")), r["address"],
+        F.coalesce(r["name"], F.lit("")),
+    )
+
+
+def _active(routes: Column, now: Column) -> Column:
+    """R6: expired routes are ignored by every matching run (but stay in the table)."""
+    return F.filter(routes, lambda r: r["expires_at"].isNull() | (r["expires_at"] > now))
+
+
+def _lookup(m: DataFrame, t: Snapshot, ctx: BatchContext, scope: Column, prefix: str) -> DataFrame:
+    """Fetch, by broadcast hash join, the active candidate arrays of `scope` for each message."""
+    now = F.lit(ctx.now.replace(tzinfo=None)).cast("timestamp")
+    named = t.named.select(
+        F.col("n_scope").alias(f"{prefix}ns"), F.col("n_service").alias(f"{prefix}nsv"),
+        _active(F.col("n_routes"), now).alias(f"{prefix}named"),
+    )
+    scopes = t.scopes.select(
+        F.col("s_scope").alias(f"{prefix}ss"), _active(F.col("s_wild"), now).alias(f"{prefix}wild"),
+        F.exists(F.col("s_bcn"), lambda b: b["e"].isNull() | (b["e"] > now)).alias(f"{prefix}bcn"),
+    )
+    m = m.withColumn(f"{prefix}scope", scope)
+    m = m.join(
+        F.broadcast(named),
+        (m[f"{prefix}scope"] == named[f"{prefix}ns"]) & (m["service"] == named[f"{prefix}nsv"]),
+        "left",
+    ).join(F.broadcast(scopes), m[f"{prefix}scope"] == scopes[f"{prefix}ss"], "left")
+    if ctx.has_pending:
+        pend = ctx.pending.select(
+            F.col("p_scope").alias(f"{prefix}ps"), F.col("p_service").alias(f"{prefix}psv"),
+            F.lit(True).alias(f"{prefix}pending"),
+        )
+        m = m.join(
+            F.broadcast(pend),
+            (m[f"{prefix}scope"] == pend[f"{prefix}ps"]) & (m["service"] == pend[f"{prefix}psv"]),
+            "left",
+        ).drop(f"{prefix}ps", f"{prefix}psv")
+    else:
+        m = m.withColumn(f"{prefix}pending", F.lit(None).cast("boolean"))
+    return m.drop(f"{prefix}ns", f"{prefix}nsv", f"{prefix}ss")
+
+
+Stages = list[tuple[str, Column]]
+
+
+def _match(p: str) -> Stages:
+    """M1–M7 on one row: the first step with a route wins (§1.4).
+
+    M1 routes name the service and the message's broker instance; M2 name the service and no broker
+    instance; M3 (message without broker instance) name the service and some broker instance, of
+    which one is picked (C5) and only its routes kept; M4 asks the dynamic routing service when it
+    has a route and no request is pending (the first such message of a batch only, B4); M5 takes
+    routes naming neither service nor broker instance; M6 a virtual LOCAL route when a broker
+    instance is given and a database of the instance hosts the service; M7 nothing.
+    """
+    named = F.coalesce(F.col(f"{p}named"), F.array())
+    bid = F.col("bid")
+    size = lambda name: F.size(F.col(f"{p}{name}"))  # noqa: E731
+    m6 = F.when(
+        bid.isNotNull() & F.coalesce(F.col("h_any"), F.lit(False)),
+        F.array(
+            F.struct(
+                F.lit(None).cast("string").alias("name"), F.lit(None).cast("string").alias("bid"),
+                F.col("service").alias("service"), F.lit("LOCAL").alias("address"),
+                F.lit(TIER_LOCAL).alias("tier"), F.lit(None).cast("string").alias("target"),
+                F.lit(None).cast("timestamp").alias("expires_at"),
+            )
+        ),
+    )
+    step = (
+        F.when(size("m1") > 0, 1)
+        .when(size("m2") > 0, 2)
+        .when(size("m3") > 0, 3)
+        .when(F.col(f"{p}m4"), 4)
+        .when(size("wild") > 0, 5)
+        .when(F.col(f"{p}m6").isNotNull(), 6)
+        .otherwise(7)
+    )
+    step_col = F.col(f"{p}step")
+    cands = (
+        F.when(step_col == 1, F.col(f"{p}m1")).when(step_col == 2, F.col(f"{p}m2"))
+        .when(step_col == 3, F.col(f"{p}m3")).when(step_col == 5, F.col(f"{p}wild"))
+        .when(step_col == 6, F.col(f"{p}m6"))
+    )
+    return [
+        (f"{p}m1", F.filter(named, lambda r: bid.isNotNull() & (r["bid"] == bid))),
+        (f"{p}m2", F.filter(named, lambda r: r["bid"].isNull())),
+        (f"{p}m3", F.filter(named, lambda r: bid.isNull() & r["bid"].isNotNull())),
+        (f"{p}m3_bid", _pick(F.array_sort(F.array_distinct(F.transform(F.col(f"{p}m3"), lambda r: r["bid"]))))),
+        (f"{p}m3", F.filter(F.col(f"{p}m3"), lambda r: r["bid"] == F.col(f"{p}m3_bid"))),
+        (f"{p}m6", m6),
+        (f"{p}step", step),
+        (f"{p}cands", cands),
+    ]
+
+
+def _choose(p: str) -> Stages:
+    """C0–C5 with L1–L5 and T1–T4 on one row: the chosen candidate and where it leads.
+
+    C0 keeps one route per (broker instance, service, address); tiers C1 mirror, C2 LOCAL (only
+    when L1–L5 locate the service), C3 network address, C4 TRANSPORT (only when T1 finds an address
+    in the service name); C5 picks one in the best non-empty tier.
+    """
+    ordered = F.col(f"{p}ordered")
+
+    def same_identity(a: Column, b: Column) -> Column:
+        return a["bid"].eqNullSafe(b["bid"]) & a["service"].eqNullSafe(b["service"]) & (
+            a["address"] == b["address"]
+        )
+
+    hosts = F.coalesce(F.col("h_dbs"), F.array())
+    transport = F.nullif(F.regexp_extract(F.col("service"), _TRANSPORT_PREFIX, 1), F.lit(""))
+
+    def located(r: Column) -> Column:
+        effective = F.coalesce(F.col("bid"), r["bid"])
+        fits = F.filter(hosts, lambda h: effective.isNull() | (h["bid"] == effective))
+        own = F.filter(fits, lambda h: h["name"] == F.col("origin"))
+        return F.coalesce(F.get(own, 0)["name"], F.get(fits, 0)["name"])
+
+    usable = F.col(f"{p}usable")
+    return [
+        (
+            f"{p}ordered",
+            F.array_sort(
+                F.coalesce(F.col(f"{p}cands"), F.array()),
+                lambda a, b: F.when(_identity_key(a) < _identity_key(b), -1)
+                .when(_identity_key(a) > _identity_key(b), 1)
+                .otherwise(0),
+            ),
+        ),
+        (f"{p}deduped", F.filter(ordered, lambda r, i: (i == 0) | ~same_identity(F.get(ordered, i - 1), r))),
+        (
+            f"{p}usable",
+            F.filter(
+                F.transform(
+                    F.col(f"{p}deduped"),
+                    lambda r: F.struct(
+                        r["name"].alias("name"),
+                        r["tier"].alias("tier"),
+                        r["address"].alias("address"),
+                        F.when(r["tier"] == TIER_LOCAL, located(r)).alias("db"),
+                        F.when(r["tier"] == TIER_TRANSPORT, transport).otherwise(r["target"]).alias("target"),
+                    ),
+                ),
+                lambda r: r["tier"].isin(TIER_MIRROR, TIER_NETWORK)
+                | ((r["tier"] == TIER_LOCAL) & r["db"].isNotNull())
+                | ((r["tier"] == TIER_TRANSPORT) & r["target"].isNotNull()),
+            ),
+        ),
+        (f"{p}best", F.array_min(F.transform(usable, lambda r: r["tier"]))),
+        (f"{p}chosen", _pick(F.filter(usable, lambda r: r["tier"] == F.col(f"{p}best")))),
+    ]
+
+
+def _fate(p: str, remote: Column, t: Snapshot) -> Stages:
+    """The outcome of one routing pass: C-drop, F3 hop and lifetime, F5 buffer, D5 drop vs delay."""
+    chosen = F.col(f"{p}chosen")
+    step = F.col(f"{p}step")
+    tier = chosen["tier"]
+    target = chosen["target"]
+    hops = F.col("hops_remaining")
+    not_routed = F.when(remote, F.lit("dropped")).otherwise(F.lit("delayed"))
+    expired = F.col("ttl_s").isNotNull() & (F.col("ttl_s") <= 0)
+    too_big = F.col("size_bytes") > F.lit(t.forward_budget_bytes)
+    cases: list[tuple[Column, str, str | None]] = [
+        (step == 4, "", "route_requested"),
+        (step == 7, "", "no_route"),
+        (chosen.isNull(), "", "service_not_found"),
+        (tier == TIER_LOCAL, "deliver", None),
+        (remote & F.lit(not t.forwarding), "dropped", "forwarding_disabled"),
+        (target.isNull(), "", "principal_unknown"),
+        (remote & (hops <= 0), "discarded", "hops_exhausted"),
+        (remote & expired, "discarded", "lifetime_expired"),
+        (remote & too_big, "discarded", "forward_buffer_full"),
+    ]
+    # One CASE over the cases, in order: the first that holds decides the fate.
+    fate: Column = F.when(remote, F.lit(9)).otherwise(F.lit(10))
+    for i, (cond, _, _) in reversed(list(enumerate(cases))):
+        fate = F.when(cond, F.lit(i)).otherwise(fate)
+    fate_col = F.col(f"{p}fate")
+    outcome: Column = F.when(fate_col == 9, F.lit("forward")).otherwise(F.lit("send"))
+    reason: Column = F.lit(None).cast("string")
+    for i, (_, name, why) in enumerate(cases):
+        outcome = F.when(fate_col == i, not_routed if name == "" else F.lit(name)).otherwise(outcome)
+        reason = F.when(fate_col == i, F.lit(why)).otherwise(reason)
+    routed = chosen.isNotNull() & ~step.isin(4, 7)
+    return [
+        (f"{p}fate", fate),
+        (f"{p}outcome", outcome),
+        (f"{p}reason", reason),
+        (f"{p}match_step", F.concat(F.lit("M"), step.cast("string"))),
+        (f"{p}choice_step", F.when(routed, F.concat(F.lit("C"), tier.cast("string")))),
+        (f"{p}route", F.when(routed, chosen["name"])),
+        (f"{p}database", F.when(routed & (tier == TIER_LOCAL), chosen["db"])),
+        (f"{p}address", F.when(routed & (tier != TIER_LOCAL), target)),
+        (f"{p}requests", F.when(step == 4, F.col("service"))),
+    ]
+
+
+def _apply(m: DataFrame, stages: Stages) -> DataFrame:
+    """Add each stage as its own column, in order, so later stages refer to it by name."""
+    for name, expr in stages:
+        m = m.withColumn(name, expr)
+    return m
+
+
+def _routing_pass(
+    m: DataFrame, t: Snapshot, ctx: BatchContext, p: str, scope: Column, remote: Column,
+    m4_first: Callable[[DataFrame], DataFrame],
+) -> DataFrame:
+    m = _lookup(m, t, ctx, scope, p)
+    m = m4_first(m)
+    m = _apply(m, _match(p))
+    m = _apply(m, _choose(p))
+    return _apply(m, _fate(p, remote, t))
+
+
+def decide(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFrame:
+    """Decide every message; the result has the input columns plus DECISION_COLUMNS.
+
+    S1–S3 pick the table; S4 delivers replies for this instance's broker instances; S5 routes a
+    locally originated message whose target is this instance's own address again as if it had
+    arrived from outside. In batch order, a message behind a delayed message of its conversation is
+    delayed too (D1), and only the first message of a batch asks for a missing route (B4).
+    """
+    input_cols = list(messages.columns)
+    remote = F.col("origin") == F.lit(REMOTE)
+    m = messages.join(
+        F.broadcast(t.hosted), messages["service"] == t.hosted["h_service"], "left"
+    ).drop("h_service")
+    if ctx.has_waiting:
+        waiting = ctx.waiting.withColumn("_waiting", F.lit(True))
+        m = m.join(F.broadcast(waiting), m["conversation_id"] == waiting["w_conversation_id"], "left")
+        m = m.withColumn("_waiting", F.coalesce(F.col("_waiting"), F.lit(False))).drop("w_conversation_id")
+    else:
+        m = m.withColumn("_waiting", F.lit(False))
+    s4 = F.broadcast(t.databases)
+    m = m.join(s4, (m["bid"] == s4["e_bid"]) & remote & m["from_target"], "left").drop("e_bid")
+
+    def m4_first(p: str) -> Callable[[DataFrame], DataFrame]:
+        """B4: of the messages of this batch that reach M4 for (scope, service), the first asks."""
+
+        def apply(frame: DataFrame) -> DataFrame:
+            if not t.has_bcn:
+                return frame.withColumn(f"{p}m4", F.lit(False))
+            bid = F.col("bid")
+            named_match = F.exists(
+                F.coalesce(F.col(f"{p}named"), F.array()),
+                lambda r: r["bid"].isNull() | bid.isNull() | (r["bid"] == bid),
+            )
+            applicable = (
+                ~named_match
+                & F.coalesce(F.col(f"{p}bcn"), F.lit(False))
+                & ~F.coalesce(F.col(f"{p}pending"), F.lit(False))
+                & ~F.col("_waiting")
+                & F.col("e_name").isNull()
+            )
+            frame = frame.withColumn(f"{p}m4_applicable", applicable)
+            first = (
+                frame.where(F.col(f"{p}m4_applicable"))
+                .groupBy(f"{p}scope", "service")
+                .agg(F.min("pos").alias(f"{p}m4_pos"))
+                .withColumnsRenamed({f"{p}scope": f"{p}fs", "service": f"{p}fsv"})
+            )
+            frame = frame.join(
+                first, (frame[f"{p}scope"] == first[f"{p}fs"]) & (frame["service"] == first[f"{p}fsv"]), "left"
+            )
+            return frame.withColumn(
+                f"{p}m4", F.coalesce(F.col("pos") == F.col(f"{p}m4_pos"), F.lit(False))
+            ).drop(f"{p}fs", f"{p}fsv", f"{p}m4_pos")
+
+        return apply
+
+    local_scope = F.when(remote, F.lit(MSDB)).otherwise(F.col("origin"))
+    m = _routing_pass(m, t, ctx, "a_", local_scope, remote, m4_first("a_"))
+    loops_back = (
+        ~remote & (F.col("a_outcome") == "send") & (_norm(F.col("a_address")) == F.lit(t.instance_address))
+    )
+    m = m.withColumn("_loop", loops_back)
+    m = _routing_pass(m, t, ctx, "b_", F.lit(MSDB), F.lit(True), m4_first("b_"))
+
+    def pick(name: str) -> Column:
+        return F.when(F.col("_loop"), F.col(f"b_{name}")).otherwise(F.col(f"a_{name}"))
+
+    s4_hit = F.col("e_name").isNotNull()
+    waiting = F.col("_waiting")
+    decided = m.select(
+        *input_cols,
+        F.when(waiting, F.lit("delayed")).when(s4_hit, F.lit("deliver")).otherwise(pick("outcome")).alias("outcome"),
+        F.when(waiting, None).when(s4_hit, F.col("e_name")).otherwise(pick("database")).alias("d_database"),
+        F.when(waiting | s4_hit, None).otherwise(pick("address")).alias("d_address"),
+        F.when(waiting | s4_hit, None).otherwise(pick("route")).alias("d_route"),
+        F.when(waiting, None).when(s4_hit, F.lit("S4")).otherwise(pick("match_step")).alias("match_step"),
+        F.when(waiting | s4_hit, None).otherwise(pick("choice_step")).alias("choice_step"),
+        F.when(waiting, F.lit("no_route")).when(s4_hit, None).otherwise(pick("reason")).alias("reason"),
+        F.when(waiting | s4_hit, None).otherwise(pick("requests")).alias("requests"),
+        F.when(waiting | s4_hit, None)
+        .when(pick("outcome") == "forward", F.col("hops_remaining") - 1)
+        .alias("d_hops_remaining"),
+        F.when(F.col("_loop") | remote, F.lit(MSDB)).otherwise(F.col("origin")).alias("d_scope"),
+    )
+    # The decisions are materialized once, so that the in-batch order step below reads them
+    # instead of re-deriving (and letting the optimizer inline) every rule expression.
+    return _delay_behind(decided.localCheckpoint(eager=True))
+
+
+def _delay_behind(decided: DataFrame) -> DataFrame:
+    """D1: once a message of a conversation is delayed, the later ones of the batch wait behind it."""
+    first_delay = (
+        decided.where(F.col("outcome") == "delayed")
+        .groupBy("conversation_id")
+        .agg(F.min("pos").alias("_first_delay"))
+        .withColumnRenamed("conversation_id", "_fd_conv")
+    )
+    out = decided.join(first_delay, decided["conversation_id"] == first_delay["_fd_conv"], "left")
+    behind = F.coalesce(F.col("pos") > F.col("_first_delay"), F.lit(False))
+    replace = {
+        "outcome": F.lit("delayed"),
+        "reason": F.lit("no_route"),
+        "match_step": F.lit(None).cast("string"),
+        "choice_step": F.lit(None).cast("string"),
+        "d_route": F.lit(None).cast("string"),
+        "d_database": F.lit(None).cast("string"),
+        "d_address": F.lit(None).cast("string"),
+        "d_hops_remaining": F.lit(None).cast("int"),
+        "requests": F.lit(None).cast("string"),
+    }
+    out = out.withColumns({c: F.when(behind, v).otherwise(F.col(c)) for c, v in replace.items()})
+    return out.drop("_fd_conv", "_first_delay")

@@ -1,0 +1,627 @@
+"""The Spark Structured Streaming job that routes one instance's traffic.
+
+Sources (the Spark Kafka connector): the instance's outbound topic (messages its own services send;
+origin = the sending database) and inbound topic (messages from other instances; origin = remote,
+whatever the record claims). `router run` adds Spark's rate source as a one-row-per-second tick,
+so that a micro-batch runs, and delayed messages fall due, even when no traffic arrives.
+
+Each micro-batch (`RouterJob.process_batch`):
+1. refreshes the route snapshot when the routes topic's end offsets changed (`RouteSnapshots`);
+2. takes the delayed messages that are due (`DelayedLedger`), ahead of the new ones;
+3. decodes every record with `from_avro`; a record that does not decode, or names an unknown
+   origin database, goes to the dead-letter topic with its error;
+4. decides with the Spark engine (`streaming.spark.engine.decide`);
+5. writes every message with the Kafka sink's `topic` column to its destination, with the decision
+   in its headers; delayed ones to the delayed topic, dropped and discarded ones to the dropped topic;
+6. sends a MissingRoute request for each new M4 request (B3), and saves the driver-held state.
+
+Delivery is at least once: a batch that fails before Spark commits it is run again, and a message
+may then be written twice (receivers drop duplicates, A4). Nothing is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from confluent_kafka import Producer
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import from_avro, to_avro
+from pyspark.sql.streaming import StreamingQuery
+
+from streaming import topics
+from streaming.config import Settings
+from streaming.errors import ConfigError
+from streaming.kafka.admin import end_offsets, ensure_topics
+from streaming.kafka.avro import encode_message, new_message_record, schema_json
+from streaming.rules.model import (
+    BROKER_CONFIGURATION_SERVICE,
+    MISSING_ROUTE_MESSAGE_TYPE,
+    Instance,
+    MirrorRole,
+    normalize_address,
+)
+from streaming.spark.engine import (
+    ROUTE_SCHEMA,
+    Snapshot,
+    batch_context,
+    build_snapshot,
+    decide,
+)
+from streaming.spark.sql_topics import escape_sql, network_topic_sql, queue_topic_sql
+from streaming.tables.topic_io import read_catalogs, read_latest
+
+log = logging.getLogger("streaming.job")
+
+_GUID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+SOURCE_DELAYED, SOURCE_OUTBOUND, SOURCE_INBOUND = 0, 1, 2
+
+
+def mirrors_topic(prefix: str) -> str:
+    """The compacted topic of mirror partner roles: key the normalized address, value the role."""
+    return f"{prefix}.mirrors"
+
+
+def _offsets_json(topic: str, offsets: dict[int, int]) -> str:
+    return json.dumps({topic: {str(p): o for p, o in offsets.items()}})
+
+
+def _version(offsets: dict[int, int]) -> str:
+    return ",".join(f"p{p}:{o}" for p, o in sorted(offsets.items())) or "empty"
+
+
+@dataclass
+class Topology:
+    """The instance's catalog and every topic name its job reads or writes."""
+
+    instance: Instance
+    prefix: str
+    inbound_by_address: dict[str, str]
+
+    @property
+    def outbound(self) -> str:
+        return topics.outbound_topic(self.instance.name, self.prefix)
+
+    @property
+    def inbound(self) -> str:
+        return topics.inbound_topic(self.instance.name, self.prefix)
+
+    @property
+    def delayed(self) -> str:
+        return topics.delayed_topic(self.instance.name, self.prefix)
+
+    @property
+    def dropped(self) -> str:
+        return topics.dropped_topic(self.instance.name, self.prefix)
+
+    @property
+    def deadletter(self) -> str:
+        return topics.deadletter_topic(self.instance.name, self.prefix)
+
+
+def load_topology(settings: Settings) -> Topology:
+    """Read the catalogs topic and find this instance; every other instance is an inbound address."""
+    instances, _ = read_catalogs(settings.bootstrap, topics.catalogs_topic(settings.topic_prefix))
+    by_name = {i.name: i for i in instances}
+    if settings.instance not in by_name:
+        raise ConfigError(
+            f"instance {settings.instance!r} is not in the catalogs topic "
+            f"{topics.catalogs_topic(settings.topic_prefix)!r} (found {sorted(by_name)}); "
+            "load it with `router catalogs load FILE`"
+        )
+    return Topology(
+        instance=by_name[settings.instance],
+        prefix=settings.topic_prefix,
+        inbound_by_address={
+            normalize_address(i.address): topics.inbound_topic(i.name, settings.topic_prefix) for i in instances
+        },
+    )
+
+
+class RouteSnapshots:
+    """The current route snapshot, rebuilt from the compacted routes topic when its end offsets move."""
+
+    def __init__(self, spark: SparkSession, settings: Settings, topology: Topology) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.topology = topology
+        self.routes_topic = topics.routes_topic(settings.topic_prefix)
+        self.current: Snapshot | None = None
+        self._offsets: tuple[dict[int, int], dict[int, int]] | None = None
+
+    def refresh(self) -> Snapshot:
+        """Return the snapshot of the routes as they are now (reading the topic only if it changed)."""
+        routes_end = end_offsets(self.settings.bootstrap, self.routes_topic)
+        mirrors_end = end_offsets(self.settings.bootstrap, mirrors_topic(self.settings.topic_prefix))
+        if self.current is not None and self._offsets == (routes_end, mirrors_end):
+            return self.current
+        routes = self._read_routes(routes_end)
+        mirrors = self._read_mirrors()
+        version = f"routes@{_version(routes_end)}"
+        snapshot = build_snapshot(
+            self.spark, self.topology.instance, routes, mirrors=mirrors, version=version, cache=True
+        )
+        if self.current is not None:
+            self.current.unpersist()
+        self.current, self._offsets = snapshot, (routes_end, mirrors_end)
+        log.info("route snapshot %s loaded", version)
+        return snapshot
+
+    def _read_routes(self, ends: dict[int, int]) -> DataFrame:
+        """The whole compacted topic up to `ends`: last value per key, tombstones applied."""
+        if not any(ends.values()):
+            return self.spark.createDataFrame([], ROUTE_SCHEMA)
+        raw = (
+            self.spark.read.format("kafka")
+            .options(**self._kafka_options())
+            .option("subscribe", self.routes_topic)
+            .option("startingOffsets", "earliest")
+            .option("endingOffsets", _offsets_json(self.routes_topic, ends))
+            .load()
+        )
+        latest = raw.groupBy("key").agg(F.max_by("value", F.struct("partition", "offset")).alias("value"))
+        decoded = latest.where(F.col("value").isNotNull()).select(
+            from_avro("value", schema_json("route"), {"mode": "PERMISSIVE"}).alias("r")
+        )
+        return decoded.where(F.col("r").isNotNull()).select(
+            "r.scope", "r.name", "r.service", "r.broker_instance", "r.address", "r.mirror_address",
+            F.col("r.expires_at").cast("timestamp").alias("expires_at"),
+        )
+
+    def _read_mirrors(self) -> dict[str, MirrorRole]:
+        latest, _ = read_latest(self.settings.bootstrap, mirrors_topic(self.settings.topic_prefix))
+        roles: dict[str, MirrorRole] = {}
+        for key, stored in latest.items():
+            try:
+                roles[normalize_address(key)] = MirrorRole(stored.value.decode("utf-8").strip().lower())
+            except ValueError:
+                log.warning("mirrors topic: key %r has an unknown role %r; ignored", key, stored.value)
+        return roles
+
+    def _kafka_options(self) -> dict[str, str]:
+        return kafka_options(self.settings)
+
+
+def kafka_options(settings: Settings) -> dict[str, str]:
+    """Options for the Spark Kafka source and sink."""
+    return {"kafka.bootstrap.servers": settings.bootstrap, **settings.kafka_options}
+
+
+@dataclass
+class DelayedEntry:
+    """One record on the delayed topic that has not been re-routed yet."""
+
+    partition: int
+    offset: int
+    conversation_id: str
+    appended_ms: int
+
+
+@dataclass
+class DelayedLedger:
+    """Driver-held index of the delayed topic: which records wait, and for which conversations.
+
+    The delayed topic uses LogAppendTime, so a record's Kafka timestamp is when it was delayed and
+    it is due `retry_s` later (D2). A conversation, not a message, is delayed (D1): when its first
+    waiting record falls due, all its waiting records are re-routed together, in their order. The
+    index is saved in the checkpoint folder after every batch and extended from the topic at start.
+    """
+
+    path: Path
+    scanned: dict[int, int] = field(default_factory=dict)
+    entries: list[DelayedEntry] = field(default_factory=list)
+    pending_requests: set[tuple[str, str]] = field(default_factory=set)
+
+    @classmethod
+    def load(cls, path: Path) -> DelayedLedger:
+        if not path.exists():
+            return cls(path=path)
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return cls(
+            path=path,
+            scanned={int(p): int(o) for p, o in data.get("scanned", {}).items()},
+            entries=[DelayedEntry(**e) for e in data.get("entries", [])],
+            pending_requests={(s, v) for s, v in data.get("pending_requests", [])},
+        )
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(
+            json.dumps(
+                {
+                    "scanned": {str(p): o for p, o in self.scanned.items()},
+                    "entries": [e.__dict__ for e in self.entries],
+                    "pending_requests": sorted(self.pending_requests),
+                }
+            ),
+            encoding="utf-8",
+        )
+        tmp.replace(self.path)
+
+    def waiting_conversations(self) -> frozenset[str]:
+        return frozenset(e.conversation_id for e in self.entries)
+
+    def take_due(self, now_ms: int, retry_ms: int) -> list[DelayedEntry]:
+        """Remove and return every entry of each conversation whose first entry is due."""
+        due_convs = {e.conversation_id for e in self.entries if e.appended_ms + retry_ms <= now_ms}
+        due = [e for e in self.entries if e.conversation_id in due_convs]
+        self.entries = [e for e in self.entries if e.conversation_id not in due_convs]
+        return due
+
+    def next_due_ms(self, retry_ms: int) -> int | None:
+        return min((e.appended_ms + retry_ms for e in self.entries), default=None)
+
+
+class RouterJob:
+    """One instance's router: the streaming query and the work of each micro-batch."""
+
+    def __init__(self, spark: SparkSession, settings: Settings) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.topology = load_topology(settings)
+        self.snapshots = RouteSnapshots(spark, settings, self.topology)
+        self.ledger = DelayedLedger.load(Path(settings.checkpoint_dir) / "router-state.json")
+        self.known_topics: set[str] = set()
+        self.batches = 0
+        self.routed = 0
+        self._message_schema = schema_json("message")
+        ensure_topics(settings.bootstrap, [self.topology.outbound, self.topology.inbound])
+        ensure_topics(settings.bootstrap, [self.topology.dropped, self.topology.deadletter])
+        ensure_topics(
+            settings.bootstrap, [self.topology.delayed], config={"message.timestamp.type": "LogAppendTime"}
+        )
+        ensure_topics(
+            settings.bootstrap,
+            [topics.routes_topic(settings.topic_prefix), mirrors_topic(settings.topic_prefix)],
+            compacted=True,
+        )
+        # Route nothing before the whole routes topic has been read once.
+        self.snapshots.refresh()
+
+    # --- the streaming query ------------------------------------------------------------------
+
+    def input_stream(self, with_tick: bool) -> DataFrame:
+        """The outbound and inbound topics (and, for `run`, a one-row-per-second tick)."""
+        kafka = (
+            self.spark.readStream.format("kafka")
+            .options(**kafka_options(self.settings))
+            .option("subscribe", f"{self.topology.outbound},{self.topology.inbound}")
+            .option("startingOffsets", "earliest")
+            .option("failOnDataLoss", "false")
+            .option("maxOffsetsPerTrigger", str(self.settings.max_offsets_per_trigger))
+            .load()
+            .select("topic", "partition", "offset", "value")
+        )
+        if not with_tick:
+            return kafka
+        tick = (
+            self.spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+            .select(
+                F.lit(None).cast("string").alias("topic"), F.lit(-1).alias("partition"),
+                F.col("value").alias("offset"), F.lit(None).cast("binary").alias("value"),
+            )
+        )
+        return kafka.unionByName(tick)
+
+    def start(self, available_now: bool) -> StreamingQuery:
+        """Start the query: continuous micro-batches (`run`) or what the topics hold now (`replay`)."""
+        writer = (
+            self.input_stream(with_tick=not available_now)
+            .writeStream.foreachBatch(self.process_batch)
+            .option("checkpointLocation", str(Path(self.settings.checkpoint_dir) / "query"))
+            .queryName(f"router-{self.topology.instance.name}")
+        )
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{self.settings.trigger_seconds} seconds")
+        return writer.start()
+
+    # --- one micro-batch ----------------------------------------------------------------------
+
+    def process_batch(self, batch: DataFrame, batch_id: int) -> None:
+        """Route one micro-batch (see the module docstring)."""
+        started = time.monotonic()
+        snapshot = self.snapshots.refresh()
+        now = datetime.now(timezone.utc)
+        retry_ms = int(self.topology.instance.retry_s * 1000)
+        self._scan_delayed()
+        due = self.ledger.take_due(int(now.timestamp() * 1000), retry_ms)
+        records = batch.where(F.col("topic").isNotNull())
+        if due:
+            records = self._due_records(due).unionByName(records)
+        decoded = self._decode(records).persist()
+        try:
+            count = self._route(decoded, snapshot, now)
+        finally:
+            decoded.unpersist()
+        self.ledger.save()
+        self.batches += 1
+        self.routed += count
+        if count:
+            log.info(
+                "batch %d: %d records (%d due from delayed) in %.2fs, snapshot %s",
+                batch_id, count, len(due), time.monotonic() - started, snapshot.version,
+            )
+
+    def release_due(self) -> int:
+        """Re-route the delayed messages that are due now, outside the query (replay drains)."""
+        empty = self.spark.createDataFrame([], "topic string, partition int, offset long, value binary")
+        before = self.routed
+        self.process_batch(empty, -1)
+        return self.routed - before
+
+    def _scan_delayed(self) -> None:
+        """Add the records written to the delayed topic since the last scan to the ledger."""
+        topic = self.topology.delayed
+        ends = end_offsets(self.settings.bootstrap, topic)
+        starts = {p: self.ledger.scanned.get(p, 0) for p in ends}
+        if all(starts[p] >= ends[p] for p in ends):
+            return
+        rows = (
+            self.spark.read.format("kafka")
+            .options(**kafka_options(self.settings))
+            .option("subscribe", topic)
+            .option("startingOffsets", _offsets_json(topic, starts))
+            .option("endingOffsets", _offsets_json(topic, ends))
+            .load()
+            .select("partition", "offset", F.col("key").cast("string").alias("k"), "timestamp")
+            .orderBy("partition", "offset")
+            .collect()
+        )
+        for r in rows:
+            self.ledger.entries.append(
+                DelayedEntry(r["partition"], r["offset"], r["k"], int(r["timestamp"].timestamp() * 1000))
+            )
+        self.ledger.scanned = dict(ends)
+
+    def _due_records(self, due: list[DelayedEntry]) -> DataFrame:
+        """The due records' bytes, read back from the delayed topic."""
+        topic = self.topology.delayed
+        starts: dict[int, int] = {}
+        ends: dict[int, int] = {}
+        for e in due:
+            starts[e.partition] = min(starts.get(e.partition, e.offset), e.offset)
+            ends[e.partition] = max(ends.get(e.partition, e.offset + 1), e.offset + 1)
+        wanted = self.spark.createDataFrame([(e.partition, e.offset) for e in due], "w_p int, w_o long")
+        raw = (
+            self.spark.read.format("kafka")
+            .options(**kafka_options(self.settings))
+            .option("subscribe", topic)
+            .option("startingOffsets", _offsets_json(topic, starts))
+            .option("endingOffsets", _offsets_json(topic, ends))
+            .load()
+        )
+        return raw.join(
+            F.broadcast(wanted), (raw["partition"] == wanted["w_p"]) & (raw["offset"] == wanted["w_o"]), "left_semi"
+        ).select("topic", "partition", "offset", "value")
+
+    def _decode(self, records: DataFrame) -> DataFrame:
+        """Decode each record; `error` says why one is malformed (it then goes to the dead-letter topic)."""
+        t = self.topology
+        source = (
+            F.when(F.col("topic") == t.delayed, SOURCE_DELAYED)
+            .when(F.col("topic") == t.outbound, SOURCE_OUTBOUND)
+            .otherwise(SOURCE_INBOUND)
+        )
+        rec = from_avro(F.col("value"), self._message_schema, {"mode": "PERMISSIVE"})
+        databases = [d.name for d in t.instance.databases]
+        frame = records.withColumn("_source", source).withColumn("rec", rec)
+        raw_bid = F.lower(F.regexp_replace(F.trim(F.col("rec.to_broker_instance")), r"[{}]", ""))
+        compact = F.regexp_replace(raw_bid, "-", "")
+        bid = F.when(
+            compact.rlike("^[0-9a-f]{32}$"),
+            F.concat_ws(
+                "-", F.substring(compact, 1, 8), F.substring(compact, 9, 4), F.substring(compact, 13, 4),
+                F.substring(compact, 17, 4), F.substring(compact, 21, 12),
+            ),
+        )
+        # An inbound record is remote whatever it claims (S3); an outbound one names its database.
+        origin = F.when(F.col("_source") == SOURCE_INBOUND, F.lit("remote")).otherwise(F.col("rec.origin_database"))
+        error = (
+            F.when(F.col("value").isNull(), F.lit("empty record (no value)"))
+            # PERMISSIVE from_avro gives null, or a record of nulls, for bytes that do not decode.
+            .when(
+                F.col("rec").isNull()
+                | F.col("rec.message_id").isNull()
+                | F.col("rec.conversation_id").isNull()
+                | F.col("rec.to_service").isNull()
+                | F.col("rec.enqueued_at").isNull(),
+                F.lit("value does not decode as Avro router.v1.Message"),
+            )
+            .when(F.length(F.col("rec.to_service")) == 0, F.lit("to_service is empty"))
+            .when(
+                F.col("rec.to_broker_instance").isNotNull() & bid.isNull(),
+                F.concat(F.lit("to_broker_instance is not a GUID: "), F.col("rec.to_broker_instance")),
+            )
+            .when(
+                (F.col("_source") != SOURCE_INBOUND)
+                & ~F.coalesce(F.col("rec.origin_database").isin(*databases), F.lit(False)),
+                F.concat(
+                    F.lit("origin_database is not a database of this instance: "),
+                    F.coalesce(F.col("rec.origin_database"), F.lit("null")),
+                ),
+            )
+        )
+        # Batch order: due delayed records first, then outbound, then inbound; within a source by
+        # partition and offset (a conversation's records share a partition: its id is the key).
+        pos = (
+            F.lit(1 << 58) * F.col("_source")
+            + F.lit(1 << 44) * F.greatest(F.col("partition"), F.lit(0)).cast("long")
+            + F.col("offset")
+        )
+        ttl_s = F.when(
+            F.col("rec.expires_at").isNotNull(),
+            (F.unix_millis(F.col("rec.expires_at").cast("timestamp")) - F.unix_millis(F.current_timestamp())) / 1000.0,
+        ).otherwise(F.col("rec.time_to_live_ms") / 1000.0)
+        return frame.select(
+            "topic", "partition", "offset", "value", "rec",
+            error.alias("error"),
+            pos.cast("long").alias("pos"),
+            F.coalesce(F.col("rec.message_id"), F.lit("")).alias("id"),
+            F.coalesce(F.col("rec.conversation_id"), F.lit("")).alias("conversation_id"),
+            F.coalesce(F.col("rec.to_service"), F.lit("")).alias("service"),
+            F.coalesce(origin, F.lit("")).alias("origin"),
+            bid.alias("bid"),
+            (~F.coalesce(F.col("rec.is_initiator"), F.lit(True))).alias("from_target"),
+            F.coalesce(F.col("rec.message_type"), F.lit("DEFAULT")).alias("message_type"),
+            F.coalesce(F.col("rec.hops_remaining"), F.lit(16)).alias("hops_remaining"),
+            ttl_s.cast("double").alias("ttl_s"),
+            F.coalesce(F.length(F.col("rec.body")), F.lit(0)).cast("long").alias("size_bytes"),
+        )
+
+    def _route(self, decoded: DataFrame, snapshot: Snapshot, now: datetime) -> int:
+        """Decide, write every record to its destination, send MissingRoute requests; return the count."""
+        t = self.topology
+        good = decoded.where(F.col("error").isNull())
+        bad = decoded.where(F.col("error").isNotNull())
+        context = batch_context(
+            self.spark, now, pending=frozenset(self.ledger.pending_requests),
+            waiting=self.ledger.waiting_conversations(),
+        )
+        decided = decide(good, snapshot, context)
+        out = self._output_rows(decided, snapshot, now).unionByName(self._deadletter_rows(bad, now))
+        out = out.persist()
+        try:
+            destinations = [r["topic"] for r in out.select("topic").distinct().collect()]
+            new = [d for d in destinations if d not in self.known_topics]
+            if new:
+                ensure_topics(self.settings.bootstrap, new)
+                self.known_topics.update(new)
+            out.write.format("kafka").options(**kafka_options(self.settings)).save()
+            count = out.count()
+            requests = [
+                (r["d_scope"], r["requests"])
+                for r in decided.where(F.col("requests").isNotNull()).select("d_scope", "requests").collect()
+            ]
+        finally:
+            out.unpersist()
+        self._send_requests(requests)
+        return count
+
+    def _output_rows(self, decided: DataFrame, snapshot: Snapshot, now: datetime) -> DataFrame:
+        t = self.topology
+        address = F.col("d_address")
+        addr_norm = F.lower(F.regexp_replace(F.trim(address), "/+$", ""))
+        inbound_map = F.create_map(
+            *[x for a, topic in sorted(t.inbound_by_address.items()) for x in (F.lit(a), F.lit(topic))]
+        ) if t.inbound_by_address else F.create_map().cast("map<string,string>")
+        instance_escaped = topics.escape(t.instance.name)
+        outcome = F.col("outcome")
+        topic = (
+            F.when(outcome == "deliver", queue_topic_sql(t.prefix, instance_escaped, F.col("d_database"), F.col("service")))
+            .when(
+                outcome.isin("send", "forward"),
+                F.coalesce(F.element_at(inbound_map, addr_norm), network_topic_sql(t.prefix, addr_norm)),
+            )
+            .when(outcome == "delayed", F.lit(t.delayed))
+            .otherwise(F.lit(t.dropped))
+        )
+        rec = F.col("rec")
+        rec = rec.withField(
+            "hops_remaining", F.when(outcome == "forward", F.col("d_hops_remaining")).otherwise(rec["hops_remaining"])
+        ).withField(
+            "attempt", F.when(F.col("_source") == SOURCE_DELAYED, rec["attempt"] + 1).otherwise(rec["attempt"])
+        )
+        decided_at = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        due_at = datetime.fromtimestamp(now.timestamp() + self.topology.instance.retry_s, timezone.utc)
+        headers = _headers(
+            [
+                ("outcome", outcome),
+                ("route", F.col("d_route")),
+                ("match_step", F.col("match_step")),
+                ("choice_step", F.col("choice_step")),
+                ("reason", F.col("reason")),
+                ("database", F.col("d_database")),
+                ("address", address),
+                ("scope", F.col("d_scope")),
+                ("requests", F.col("requests")),
+                ("snapshot_version", F.lit(snapshot.version)),
+                ("decided_at", F.lit(decided_at)),
+                ("router_instance", F.lit(t.instance.name)),
+                ("due_at", F.when(outcome == "delayed", F.lit(due_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")))),
+            ]
+        )
+        return decided.withColumn("_source", F.when(F.col("topic") == t.delayed, SOURCE_DELAYED)).select(
+            F.col("conversation_id").cast("binary").alias("key"),
+            to_avro(rec, self._message_schema).alias("value"),
+            topic.alias("topic"),
+            headers.alias("headers"),
+        )
+
+    def _deadletter_rows(self, bad: DataFrame, now: datetime) -> DataFrame:
+        headers = _headers(
+            [
+                ("error", F.col("error")),
+                ("source_topic", F.col("topic")),
+                ("source_partition", F.col("partition").cast("string")),
+                ("source_offset", F.col("offset").cast("string")),
+                ("decided_at", F.lit(now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))),
+            ]
+        )
+        return bad.select(
+            F.lit(None).cast("binary").alias("key"),
+            F.col("value"),
+            F.lit(self.topology.deadletter).alias("topic"),
+            headers.alias("headers"),
+        )
+
+    def _send_requests(self, requests: list[tuple[str, str]]) -> None:
+        """B3/B4: one MissingRoute message to the BCN service per (scope, service) not yet pending."""
+        new = [r for r in dict.fromkeys(requests) if r not in self.ledger.pending_requests]
+        if not new:
+            return
+        producer = Producer({"bootstrap.servers": self.settings.bootstrap})
+        now = datetime.now(timezone.utc)
+        for scope, service in new:
+            body = (
+                '<MissingRoute xmlns="http://schemas.microsoft.com/SQL/ServiceBroker/BrokerConfigurationNotice'
+                f'/MissingRoute"><SERVICE_NAME>{_xml_escape(service)}</SERVICE_NAME></MissingRoute>'
+            )
+            conversation = f"missing-route-{uuid.uuid4()}"
+            record = new_message_record(
+                message_id=conversation, conversation_id=conversation, to_service=BROKER_CONFIGURATION_SERVICE,
+                from_service=BROKER_CONFIGURATION_SERVICE, enqueued_at=now, body=body.encode("utf-8"),
+                origin_database=scope, message_type=MISSING_ROUTE_MESSAGE_TYPE,
+            )
+            producer.produce(self.topology.outbound, key=conversation.encode(), value=encode_message(record))
+            self.ledger.pending_requests.add((scope, service))
+        producer.flush(30)
+
+
+def _xml_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _headers(pairs: list[tuple[str, Column]]) -> Column:
+    """Kafka headers from (name, string column) pairs; a null value leaves its header out."""
+    entries = F.array(
+        *[F.struct(F.lit(k).alias("key"), v.cast("string").cast("binary").alias("value")) for k, v in pairs]
+    )
+    return F.filter(entries, lambda h: h["value"].isNotNull())
+
+
+def run_until_drained(
+    job: RouterJob, max_wait_s: float, progress: Callable[[str], None] = print
+) -> None:
+    """After a replay, re-route delayed messages as they fall due, until none wait or time runs out."""
+    retry_ms = int(job.topology.instance.retry_s * 1000)
+    deadline = time.monotonic() + max_wait_s
+    job._scan_delayed()
+    while job.ledger.entries and time.monotonic() < deadline:
+        next_due = job.ledger.next_due_ms(retry_ms)
+        if next_due is not None:
+            wait = max(0.0, next_due / 1000 - time.time())
+            if wait > 0:
+                progress(f"{len(job.ledger.entries)} delayed message(s) waiting; next due in {wait:.1f}s")
+                time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
+        job.release_due()
+        job._scan_delayed()

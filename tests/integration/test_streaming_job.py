@@ -1,0 +1,152 @@
+"""The streaming job on the real broker: Spark's Kafka source and sink, decisions in headers.
+
+Each test has its own topic prefix, so its routes, catalogs and message topics are its own.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from streaming import topics
+from streaming.config import load_settings
+from streaming.kafka.admin import end_offsets
+from streaming.kafka.avro import decode_message, encode_message, new_message_record
+from streaming.rules.model import Database, Instance, Route
+from streaming.spark.job import RouterJob
+from streaming.tables.topic_io import put_route, publish_catalogs
+
+pytestmark = pytest.mark.integration
+
+AW = Database("AW", "0a0a0a0a-0000-0000-0000-000000000001", True, ("InitiatorService", "Audit"))
+MSDB = Database("msdb", "0d0d0d0d-0000-0000-0000-000000000001", True, ())
+I1 = Instance("i1", "TCP://i1:4022", (AW, MSDB), retry_s=1.0)
+I2 = Instance("i2", "TCP://i2:4022", (Database("Parts", "0b0b0b0b-0000-0000-0000-000000000002", True, ("OrderParts",)),
+                                       Database("msdb", "0e0e0e0e-0000-0000-0000-000000000001", True, ())))
+
+
+def read_all(bootstrap: str, topic: str) -> list[tuple[dict[str, str], bytes | None]]:
+    """Every record of `topic` now: (headers as text, value)."""
+    ends = end_offsets(bootstrap, topic)
+    total = sum(ends.values())
+    out: list[tuple[dict[str, str], bytes | None]] = []
+    if total == 0:
+        return out
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4()}", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        while len(out) < total:
+            msg = consumer.poll(10.0)
+            if msg is None:
+                raise AssertionError(f"{topic}: read {len(out)} of {total} records before timing out")
+            if msg.error():
+                continue
+            out.append(({k: v.decode() for k, v in (msg.headers() or [])}, msg.value()))
+    finally:
+        consumer.close()
+    return out
+
+
+def message(conversation: str, service: str, n: int = 0, origin: str | None = "AW") -> bytes:
+    return encode_message(
+        new_message_record(
+            message_id=f"{conversation}:{n}", conversation_id=conversation, sequence_number=n, to_service=service,
+            from_service="InitiatorService", origin_database=origin, enqueued_at=datetime.now(timezone.utc),
+            body=b"<x/>",
+        )
+    )
+
+
+def produce(bootstrap: str, topic: str, values: list[tuple[str, bytes]]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for key, value in values:
+        producer.produce(topic, key=key.encode(), value=value)
+    assert producer.flush(30) == 0
+
+
+@pytest.fixture
+def prefix(kafka_bootstrap: str) -> str:
+    name = f"t{uuid.uuid4().hex[:10]}"
+    publish_catalogs(kafka_bootstrap, [I1, I2], topics.catalogs_topic(name))
+    for route in (
+        Route("AW", "AutoCreatedLocal", "LOCAL"),
+        Route("AW", "OrderPartsRoute", "TCP://i2:4022", service="OrderParts"),
+        Route("msdb", "AutoCreatedLocal", "LOCAL"),
+    ):
+        put_route(kafka_bootstrap, route, topics.routes_topic(name))
+    return name
+
+
+def replay(spark, kafka_bootstrap: str, prefix: str, tmp_path: Path, instance: str = "i1") -> RouterJob:  # type: ignore[no-untyped-def]
+    settings = load_settings(
+        None, instance=instance, bootstrap=kafka_bootstrap, topic_prefix=prefix, checkpoint_dir=str(tmp_path / instance)
+    )
+    job = RouterJob(spark, settings)
+    query = job.start(available_now=True)
+    try:
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+    finally:
+        query.stop()
+    return job
+
+
+def test_routes_each_message_to_its_destination_with_decision_headers(spark, kafka_bootstrap, prefix, tmp_path):
+    produce(kafka_bootstrap, topics.outbound_topic("i1", prefix), [
+        ("c1", message("c1", "OrderParts")),
+        ("c2", message("c2", "Audit")),
+        ("c3", message("c3", "Nowhere")),
+    ])
+    produce(kafka_bootstrap, topics.inbound_topic("i1", prefix), [("c4", message("c4", "Nowhere", origin="AW"))])
+    job = replay(spark, kafka_bootstrap, prefix, tmp_path)
+    assert job.routed == 4
+
+    sent = read_all(kafka_bootstrap, topics.inbound_topic("i2", prefix))
+    assert [h["outcome"] for h, _ in sent] == ["send"]
+    assert sent[0][0]["route"] == "OrderPartsRoute" and sent[0][0]["match_step"] == "M2"
+    assert sent[0][0]["choice_step"] == "C3" and sent[0][0]["snapshot_version"].startswith("routes@")
+    assert decode_message(sent[0][1])["conversation_id"] == "c1"
+
+    delivered = read_all(kafka_bootstrap, topics.queue_topic("i1", "AW", "Audit", prefix))
+    assert [(h["outcome"], h["database"], h["route"]) for h, _ in delivered] == [("deliver", "AW", "AutoCreatedLocal")]
+
+    delayed = read_all(kafka_bootstrap, topics.delayed_topic("i1", prefix))
+    assert [(h["outcome"], h["reason"]) for h, _ in delayed] == [("delayed", "service_not_found")]
+    assert "due_at" in delayed[0][0]
+
+    # S3: an inbound record is remote whatever origin it claims; msdb's ACL cannot locate it (D5).
+    dropped = read_all(kafka_bootstrap, topics.dropped_topic("i1", prefix))
+    assert [(h["outcome"], h["reason"], h["scope"]) for h, _ in dropped] == [("dropped", "service_not_found", "msdb")]
+
+
+def test_malformed_records_are_dead_lettered_and_the_query_goes_on(spark, kafka_bootstrap, prefix, tmp_path):
+    produce(kafka_bootstrap, topics.outbound_topic("i1", prefix), [
+        ("bad1", b"\x00\x01not avro at all"),
+        ("c1", message("c1", "Audit")),
+        ("bad2", message("bad2", "Audit", origin="NoSuchDatabase")),
+        ("c2", message("c2", "Audit", n=0)),
+    ])
+    job = replay(spark, kafka_bootstrap, prefix, tmp_path)
+    assert job.routed == 4
+    dead = read_all(kafka_bootstrap, topics.deadletter_topic("i1", prefix))
+    errors = sorted(h["error"] for h, _ in dead)
+    assert errors[0].startswith("origin_database is not a database of this instance: NoSuchDatabase")
+    assert errors[1] == "value does not decode as Avro router.v1.Message"
+    assert all(h["source_topic"] == topics.outbound_topic("i1", prefix) for h, _ in dead)
+    assert dead[0][1] is not None  # the original bytes are kept for redrive
+    delivered = read_all(kafka_bootstrap, topics.queue_topic("i1", "AW", "Audit", prefix))
+    assert sorted(decode_message(v)["conversation_id"] for _, v in delivered) == ["c1", "c2"]
+
+
+def test_a_restart_from_the_checkpoint_routes_only_new_records(spark, kafka_bootstrap, prefix, tmp_path):
+    outbound = topics.outbound_topic("i1", prefix)
+    produce(kafka_bootstrap, outbound, [("c1", message("c1", "Audit"))])
+    assert replay(spark, kafka_bootstrap, prefix, tmp_path).routed == 1
+    produce(kafka_bootstrap, outbound, [("c2", message("c2", "Audit")), ("c3", message("c3", "Audit"))])
+    assert replay(spark, kafka_bootstrap, prefix, tmp_path).routed == 2
+    delivered = read_all(kafka_bootstrap, topics.queue_topic("i1", "AW", "Audit", prefix))
+    assert sorted(decode_message(v)["conversation_id"] for _, v in delivered) == ["c1", "c2", "c3"]
