@@ -29,8 +29,15 @@ from streaming.errors import ConfigError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
 _KNOWN = {
-    "instance", "bootstrap", "topic_prefix", "checkpoint_dir", "trigger_seconds",
-    "max_offsets_per_trigger", "spark_master", "shuffle_partitions", "kafka_options",
+    "instance",
+    "bootstrap",
+    "topic_prefix",
+    "checkpoint_dir",
+    "trigger_seconds",
+    "max_offsets_per_trigger",
+    "spark_master",
+    "shuffle_partitions",
+    "kafka_options",
 }
 _SECRET_WORDS = ("password", "secret", "jaas", "token", "key")
 
@@ -52,7 +59,8 @@ class Settings:
     def describe(self) -> str:
         """One line for logs, with secret-looking Kafka options masked."""
         options = {
-            k: ("***" if any(w in k.lower() for w in _SECRET_WORDS) else v) for k, v in self.kafka_options.items()
+            k: ("***" if any(w in k.lower() for w in _SECRET_WORDS) else v)
+            for k, v in self.kafka_options.items()
         }
         return (
             f"instance={self.instance} bootstrap={self.bootstrap} prefix={self.topic_prefix} "

@@ -39,36 +39,45 @@ def escape(part: str) -> str:
 
 
 def routes_topic(prefix: str = DEFAULT_PREFIX) -> str:
+    """The compacted topic of every route table."""
     return f"{prefix}.routes"
 
 
 def catalogs_topic(prefix: str = DEFAULT_PREFIX) -> str:
+    """The compacted topic of instance catalogs."""
     return f"{prefix}.catalogs"
 
 
 def outbound_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """Messages the instance's own services send."""
     return f"{prefix}.{escape(instance)}.outbound"
 
 
 def inbound_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """Messages arriving at the instance from other instances."""
     return f"{prefix}.{escape(instance)}.inbound"
 
 
 def queue_topic(instance: str, database: str, service: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """The queue of a service hosted by one of the instance's databases."""
     return f"{prefix}.{escape(instance)}.queue.{escape(database)}.{escape(service)}"
 
 
 def network_topic(normalized_address: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """Messages for a network address that no known instance answers to."""
     return f"{prefix}.-net.{escape(normalized_address)}"
 
 
 def delayed_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """The instance's delayed messages, each due retry_s after it was written."""
     return f"{prefix}.{escape(instance)}.delayed"
 
 
 def dropped_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """The instance's dropped and discarded messages, with the reason."""
     return f"{prefix}.{escape(instance)}.dropped"
 
 
 def deadletter_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """Records the instance could not decode, with the error."""
     return f"{prefix}.{escape(instance)}.deadletter"

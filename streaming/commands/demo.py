@@ -21,6 +21,7 @@ from streaming import topics
 from streaming.commands.common import format_table
 from streaming.commands.kafka import default_state_dir
 from streaming.commands.send import send_records
+from streaming.commands.tail import headers_of
 from streaming.config import load_settings
 from streaming.jars import project_root
 from streaming.kafka.admin import end_offsets, topic_names
@@ -41,7 +42,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--conversations", type=int, default=300, help="conversations to start (default 300)")
     parser.add_argument("--messages", type=int, default=2, help="messages per conversation (default 2)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"broker port (default {DEFAULT_PORT})")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"broker port (default {DEFAULT_PORT})"
+    )
     parser.add_argument("--routes-dir", type=Path, default=None, help="sample data (default routes/demo)")
     parser.set_defaults(func=run)
 
@@ -55,7 +58,10 @@ def run(args: argparse.Namespace) -> int:
     broker = EmbeddedKafka(default_state_dir(), port=args.port)
     result = broker.start()
     bootstrap = result.bootstrap
-    print(f"demo: Kafka broker at {bootstrap} ({'already running' if result.already_running else 'started'})", flush=True)
+    print(
+        f"demo: Kafka broker at {bootstrap} ({'already running' if result.already_running else 'started'})",
+        flush=True,
+    )
 
     data = args.routes_dir or project_root() / "routes" / "demo"
     prefix = f"demo{datetime.now(timezone.utc):%Y%m%d%H%M%S}"
@@ -63,7 +69,10 @@ def run(args: argparse.Namespace) -> int:
     instances = load_catalog_files([data / "catalogs.yaml"])
     publish_catalogs(bootstrap, instances, topics.catalogs_topic(prefix))
     publish_routes(bootstrap, load_route_files([data / "routes.yaml"], now=now), topics.routes_topic(prefix))
-    print(f"demo: loaded {len(instances)} catalogs and the routes of {data} under topic prefix {prefix!r}", flush=True)
+    print(
+        f"demo: loaded {len(instances)} catalogs and the routes of {data} under topic prefix {prefix!r}",
+        flush=True,
+    )
 
     records = []
     for c in range(args.conversations):
@@ -72,9 +81,14 @@ def run(args: argparse.Namespace) -> int:
         for n in range(args.messages):
             records.append(
                 new_message_record(
-                    message_id=f"{conversation}:{n}", conversation_id=conversation, sequence_number=n,
-                    to_service=service, from_service="InitiatorService", origin_database="AW",
-                    enqueued_at=now, body=f"<order n='{c}.{n}'/>".encode(),
+                    message_id=f"{conversation}:{n}",
+                    conversation_id=conversation,
+                    sequence_number=n,
+                    to_service=service,
+                    from_service="InitiatorService",
+                    origin_database="AW",
+                    enqueued_at=now,
+                    body=f"<order n='{c}.{n}'/>".encode(),
                 )
             )
     send_records(bootstrap, topics.outbound_topic("i1", prefix), records)
@@ -84,7 +98,11 @@ def run(args: argparse.Namespace) -> int:
     state = Path(default_state_dir()).parent / "checkpoints" / prefix
     for instance in ("i1", "i2"):
         settings = load_settings(
-            None, instance=instance, bootstrap=bootstrap, topic_prefix=prefix, checkpoint_dir=str(state / instance)
+            None,
+            instance=instance,
+            bootstrap=bootstrap,
+            topic_prefix=prefix,
+            checkpoint_dir=str(state / instance),
         )
         job = RouterJob(spark, settings)
         query = job.start(available_now=True)
@@ -92,14 +110,21 @@ def run(args: argparse.Namespace) -> int:
         if query.exception() is not None:
             print(f"demo: the {instance} router failed: {query.exception()}")
             return 1
-        print(f"demo: router {instance} routed {job.routed} records in {job.batches} micro-batch(es)", flush=True)
+        print(
+            f"demo: router {instance} routed {job.routed} records in {job.batches} micro-batch(es)",
+            flush=True,
+        )
 
     print()
     print(_summary(bootstrap, prefix))
     print()
-    print(f"demo: done in {time.monotonic() - started:.0f}s. Look closer with "
-          f"`.venv/bin/router tail {topics.dropped_topic('i1', prefix)} --from-beginning --bootstrap {bootstrap}`.")
-    print("demo: the broker keeps running; stop it with `make kafka-stop` (or `.venv/bin/router kafka stop`).")
+    print(
+        f"demo: done in {time.monotonic() - started:.0f}s. Look closer with `.venv/bin/router tail "
+        f"{topics.delayed_topic('i1', prefix)} --from-beginning --bootstrap {bootstrap}`."
+    )
+    print(
+        "demo: the broker keeps running; stop it with `make kafka-stop` (or `.venv/bin/router kafka stop`)."
+    )
     return 0
 
 
@@ -117,11 +142,14 @@ def _service_for(conversation: int) -> str:
 def _summary(bootstrap: str, prefix: str) -> str:
     """Count the records of every destination topic under `prefix` by their outcome header."""
     destinations = sorted(
-        t for t in topic_names(bootstrap)
+        t
+        for t in topic_names(bootstrap)
         if t.startswith(f"{prefix}.") and not t.endswith((".outbound", ".routes", ".catalogs", ".mirrors"))
     )
     counts: Counter[tuple[str, str]] = Counter()
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"demo-{uuid.uuid4()}", "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"demo-{uuid.uuid4()}", "enable.auto.commit": False}
+    )
     try:
         for topic in destinations:
             ends = end_offsets(bootstrap, topic)
@@ -133,11 +161,11 @@ def _summary(bootstrap: str, prefix: str) -> str:
                 if msg is None or msg.error():
                     continue
                 remaining -= 1
-                headers = dict(msg.headers() or [])
-                outcome = (headers.get("outcome") or b"(input)").decode()
+                headers = headers_of(msg)
+                outcome = headers.get("outcome", "(input)")
                 reason = headers.get("reason")
-                counts[(topic, outcome + (f" ({reason.decode()})" if reason else ""))] += 1
+                counts[(topic, outcome + (f" ({reason})" if reason else ""))] += 1
     finally:
         consumer.close()
-    rows = [[topic[len(prefix) + 1:], outcome, str(n)] for (topic, outcome), n in sorted(counts.items())]
+    rows = [[topic[len(prefix) + 1 :], outcome, str(n)] for (topic, outcome), n in sorted(counts.items())]
     return format_table(["destination topic", "outcome", "messages"], rows)

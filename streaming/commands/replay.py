@@ -21,10 +21,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_job_arguments(parser)
     parser.add_argument(
-        "--drain-delayed", action="store_true", help="after the replay, re-route delayed messages as they fall due"
+        "--drain-delayed",
+        action="store_true",
+        help="after the replay, re-route delayed messages as they fall due",
     )
-    parser.add_argument("--max-wait", type=float, default=60.0, metavar="S",
-                        help="how long --drain-delayed may wait (default 60 s)")
+    parser.add_argument(
+        "--max-wait",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="how long --drain-delayed may wait (default 60 s)",
+    )
     parser.set_defaults(func=replay)
 
 
@@ -34,7 +41,9 @@ def replay(args: argparse.Namespace) -> int:
     from streaming.spark.session import build_session
 
     settings = settings_from(args)
-    spark = build_session(f"router-replay-{settings.instance}", settings.spark_master, settings.shuffle_partitions)
+    spark = build_session(
+        f"router-replay-{settings.instance}", settings.spark_master, settings.shuffle_partitions
+    )
     job = RouterJob(spark, settings)
     query = job.start(available_now=True)
     try:
@@ -46,6 +55,11 @@ def replay(args: argparse.Namespace) -> int:
         return 1
     print(f"router replay: {job.routed} records routed in {job.batches} batches")
     if args.drain_delayed:
-        run_until_drained(job, args.max_wait, progress=lambda text: print(f"router replay: {text}", flush=True))
-        print(f"router replay: {len(job.ledger.entries)} delayed message(s) still waiting; {job.routed} routed in all")
+        run_until_drained(
+            job, args.max_wait, progress=lambda text: print(f"router replay: {text}", flush=True)
+        )
+        print(
+            f"router replay: {len(job.ledger.entries)} delayed message(s) still waiting; "
+            f"{job.routed} routed in all"
+        )
     return 0

@@ -28,9 +28,13 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     """The settings flags shared by `run` and `replay`."""
     parser.add_argument("--config", metavar="FILE", help="settings YAML (see streaming/config.py for keys)")
     parser.add_argument("--instance", help="the instance to route for (overrides the settings file)")
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default 127.0.0.1:19092, env ROUTER_BOOTSTRAP)")
+    parser.add_argument(
+        "--bootstrap", help="Kafka bootstrap servers (default 127.0.0.1:19092, env ROUTER_BOOTSTRAP)"
+    )
     parser.add_argument("--topic-prefix", help="the router's topic namespace (default: router)")
-    parser.add_argument("--checkpoint-dir", help="where the query keeps its checkpoint (default .state/checkpoints/INSTANCE)")
+    parser.add_argument(
+        "--checkpoint-dir", help="where the query keeps its checkpoint (default .state/checkpoints/INSTANCE)"
+    )
     parser.add_argument("--spark-master", help="Spark master URL (default local[2], env ROUTER_SPARK_MASTER)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every micro-batch")
 

@@ -85,10 +85,12 @@ class Route:
 
     @property
     def is_local(self) -> bool:
+        """The address is LOCAL (R4)."""
         return self.address.upper() == LOCAL
 
     @property
     def is_transport(self) -> bool:
+        """The address is TRANSPORT (R4, T1)."""
         return self.address.upper() == TRANSPORT
 
     @property
@@ -123,6 +125,7 @@ class Instance:
     retry_s: float = 5.0
 
     def database(self, name: str) -> Database | None:
+        """The database of that name, or None."""
         return next((d for d in self.databases if d.name == name), None)
 
 
@@ -143,6 +146,7 @@ class Message:
 
     @property
     def is_remote(self) -> bool:
+        """The message arrived from another instance (S3)."""
         return self.origin == REMOTE
 
 

@@ -13,7 +13,6 @@ from streaming.rules.model import Decision, Outcome, Reason
 from streaming.spark.engine import MESSAGE_SCHEMA, batch_context, build_snapshot, decide, route_frame
 
 
-
 class SparkDecider:
     """Decide batches with the Spark SQL engine on a (local) SparkSession."""
 
@@ -31,8 +30,17 @@ class SparkDecider:
         """Decide every message of `batch` in one Spark job."""
         rows = [
             (
-                pos, m.id, m.conversation_id, m.service, m.origin, m.broker_instance, m.from_target,
-                m.message_type, m.hops_remaining, m.time_to_live_s, m.size_bytes,
+                pos,
+                m.id,
+                m.conversation_id,
+                m.service,
+                m.origin,
+                m.broker_instance,
+                m.from_target,
+                m.message_type,
+                m.hops_remaining,
+                m.time_to_live_s,
+                m.size_bytes,
             )
             for pos, m in enumerate(batch.messages)
         ]
@@ -47,9 +55,7 @@ class SparkDecider:
         )
         result = decide(messages, snapshot, context).orderBy("pos").collect()
         decisions = tuple(_to_decision(r, batch) for r in result)
-        requests = tuple(
-            (r["d_scope"], r["requests"]) for r in result if r["requests"] is not None
-        )
+        requests = tuple((r["d_scope"], r["requests"]) for r in result if r["requests"] is not None)
         return BatchResult(decisions=decisions, requests=requests)
 
 

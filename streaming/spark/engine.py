@@ -149,7 +149,12 @@ def route_frame(spark: SparkSession, routes: tuple[Route, ...] | list[Route]) ->
     """Return route model objects as a ROUTE_SCHEMA DataFrame."""
     rows = [
         (
-            r.scope, r.name, r.service, r.broker_instance, r.address, r.mirror_address,
+            r.scope,
+            r.name,
+            r.service,
+            r.broker_instance,
+            r.address,
+            r.mirror_address,
             r.expires_at.replace(tzinfo=None) if r.expires_at else None,
         )
         for r in routes
@@ -177,7 +182,9 @@ def build_snapshot(
     With `cache`, the grouped tables are computed once and kept for every batch of the snapshot.
     """
     principals = [a for a, role in (mirrors or {}).items() if role == MirrorRole.PRINCIPAL]
-    principal_set = F.array(*[F.lit(a) for a in principals]) if principals else F.array().cast("array<string>")
+    principal_set = (
+        F.array(*[F.lit(a) for a in principals]) if principals else F.array().cast("array<string>")
+    )
     upper = F.upper(F.trim(F.col("address")))
     tier = (
         F.when(upper == "LOCAL", TIER_LOCAL)
@@ -207,12 +214,17 @@ def build_snapshot(
     )
     is_bcn = F.col("service") == F.lit(BROKER_CONFIGURATION_SERVICE)
     wildcard = F.col("service").isNull() & F.col("broker_instance").isNull()
-    scopes = shaped.groupBy("scope").agg(
-        F.filter(F.collect_list(F.when(wildcard, F.col("r"))), lambda r: r.isNotNull()).alias("s_wild"),
-        F.filter(
-            F.collect_list(F.when(is_bcn, F.struct(F.col("r")["expires_at"].alias("e")))), lambda r: r.isNotNull()
-        ).alias("s_bcn"),
-    ).withColumnRenamed("scope", "s_scope")
+    scopes = (
+        shaped.groupBy("scope")
+        .agg(
+            F.filter(F.collect_list(F.when(wildcard, F.col("r"))), lambda r: r.isNotNull()).alias("s_wild"),
+            F.filter(
+                F.collect_list(F.when(is_bcn, F.struct(F.col("r")["expires_at"].alias("e")))),
+                lambda r: r.isNotNull(),
+            ).alias("s_bcn"),
+        )
+        .withColumnRenamed("scope", "s_scope")
+    )
     hosted_rows = [
         (s, d.name, d.broker_instance, d.broker_enabled, i)
         for i, d in enumerate(instance.databases)
@@ -221,17 +233,21 @@ def build_snapshot(
     hosted_raw = spark.createDataFrame(
         hosted_rows, "service string, name string, bid string, enabled boolean, ord int"
     )
-    hosted = hosted_raw.groupBy("service").agg(
-        F.transform(
-            F.array_sort(
-                F.filter(
-                    F.collect_list(F.struct("ord", "name", "bid", "enabled")), lambda h: h["enabled"]
-                )
-            ),
-            lambda h: F.struct(h["name"].alias("name"), h["bid"].alias("bid")),
-        ).alias("h_dbs"),
-        F.lit(True).alias("h_any"),
-    ).withColumnRenamed("service", "h_service")
+    hosted = (
+        hosted_raw.groupBy("service")
+        .agg(
+            F.transform(
+                F.array_sort(
+                    F.filter(
+                        F.collect_list(F.struct("ord", "name", "bid", "enabled")), lambda h: h["enabled"]
+                    )
+                ),
+                lambda h: F.struct(h["name"].alias("name"), h["bid"].alias("bid")),
+            ).alias("h_dbs"),
+            F.lit(True).alias("h_any"),
+        )
+        .withColumnRenamed("service", "h_service")
+    )
     databases = spark.createDataFrame(
         [(d.broker_instance, d.name) for d in instance.databases if d.broker_enabled],
         "e_bid string, e_name string",
@@ -262,7 +278,9 @@ def _pick(arr: Column) -> Column:
 
 def _identity_key(r: Column) -> Column:
     return F.struct(
-        F.coalesce(r["bid"], F.lit("")), F.coalesce(r["service"], F.lit("")), r["address"],
+        F.coalesce(r["bid"], F.lit("")),
+        F.coalesce(r["service"], F.lit("")),
+        r["address"],
         F.coalesce(r["name"], F.lit("")),
     )
 
@@ -276,11 +294,13 @@ def _lookup(m: DataFrame, t: Snapshot, ctx: BatchContext, scope: Column, prefix:
     """Fetch, by broadcast hash join, the active candidate arrays of `scope` for each message."""
     now = F.lit(ctx.now.replace(tzinfo=None)).cast("timestamp")
     named = t.named.select(
-        F.col("n_scope").alias(f"{prefix}ns"), F.col("n_service").alias(f"{prefix}nsv"),
+        F.col("n_scope").alias(f"{prefix}ns"),
+        F.col("n_service").alias(f"{prefix}nsv"),
         _active(F.col("n_routes"), now).alias(f"{prefix}named"),
     )
     scopes = t.scopes.select(
-        F.col("s_scope").alias(f"{prefix}ss"), _active(F.col("s_wild"), now).alias(f"{prefix}wild"),
+        F.col("s_scope").alias(f"{prefix}ss"),
+        _active(F.col("s_wild"), now).alias(f"{prefix}wild"),
         F.exists(F.col("s_bcn"), lambda b: b["e"].isNull() | (b["e"] > now)).alias(f"{prefix}bcn"),
     )
     m = m.withColumn(f"{prefix}scope", scope)
@@ -291,7 +311,8 @@ def _lookup(m: DataFrame, t: Snapshot, ctx: BatchContext, scope: Column, prefix:
     ).join(F.broadcast(scopes), m[f"{prefix}scope"] == scopes[f"{prefix}ss"], "left")
     if ctx.has_pending:
         pend = ctx.pending.select(
-            F.col("p_scope").alias(f"{prefix}ps"), F.col("p_service").alias(f"{prefix}psv"),
+            F.col("p_scope").alias(f"{prefix}ps"),
+            F.col("p_service").alias(f"{prefix}psv"),
             F.lit(True).alias(f"{prefix}pending"),
         )
         m = m.join(
@@ -324,9 +345,12 @@ def _match(p: str) -> Stages:
         bid.isNotNull() & F.coalesce(F.col("h_any"), F.lit(False)),
         F.array(
             F.struct(
-                F.lit(None).cast("string").alias("name"), F.lit(None).cast("string").alias("bid"),
-                F.col("service").alias("service"), F.lit("LOCAL").alias("address"),
-                F.lit(TIER_LOCAL).alias("tier"), F.lit(None).cast("string").alias("target"),
+                F.lit(None).cast("string").alias("name"),
+                F.lit(None).cast("string").alias("bid"),
+                F.col("service").alias("service"),
+                F.lit("LOCAL").alias("address"),
+                F.lit(TIER_LOCAL).alias("tier"),
+                F.lit(None).cast("string").alias("target"),
                 F.lit(None).cast("timestamp").alias("expires_at"),
             )
         ),
@@ -342,15 +366,20 @@ def _match(p: str) -> Stages:
     )
     step_col = F.col(f"{p}step")
     cands = (
-        F.when(step_col == 1, F.col(f"{p}m1")).when(step_col == 2, F.col(f"{p}m2"))
-        .when(step_col == 3, F.col(f"{p}m3")).when(step_col == 5, F.col(f"{p}wild"))
+        F.when(step_col == 1, F.col(f"{p}m1"))
+        .when(step_col == 2, F.col(f"{p}m2"))
+        .when(step_col == 3, F.col(f"{p}m3"))
+        .when(step_col == 5, F.col(f"{p}wild"))
         .when(step_col == 6, F.col(f"{p}m6"))
     )
     return [
         (f"{p}m1", F.filter(named, lambda r: bid.isNotNull() & (r["bid"] == bid))),
         (f"{p}m2", F.filter(named, lambda r: r["bid"].isNull())),
         (f"{p}m3", F.filter(named, lambda r: bid.isNull() & r["bid"].isNotNull())),
-        (f"{p}m3_bid", _pick(F.array_sort(F.array_distinct(F.transform(F.col(f"{p}m3"), lambda r: r["bid"]))))),
+        (
+            f"{p}m3_bid",
+            _pick(F.array_sort(F.array_distinct(F.transform(F.col(f"{p}m3"), lambda r: r["bid"])))),
+        ),
         (f"{p}m3", F.filter(F.col(f"{p}m3"), lambda r: r["bid"] == F.col(f"{p}m3_bid"))),
         (f"{p}m6", m6),
         (f"{p}step", step),
@@ -368,8 +397,10 @@ def _choose(p: str) -> Stages:
     ordered = F.col(f"{p}ordered")
 
     def same_identity(a: Column, b: Column) -> Column:
-        return a["bid"].eqNullSafe(b["bid"]) & a["service"].eqNullSafe(b["service"]) & (
-            a["address"] == b["address"]
+        return (
+            a["bid"].eqNullSafe(b["bid"])
+            & a["service"].eqNullSafe(b["service"])
+            & (a["address"] == b["address"])
         )
 
     hosts = F.coalesce(F.col("h_dbs"), F.array())
@@ -387,9 +418,11 @@ def _choose(p: str) -> Stages:
             f"{p}ordered",
             F.array_sort(
                 F.coalesce(F.col(f"{p}cands"), F.array()),
-                lambda a, b: F.when(_identity_key(a) < _identity_key(b), -1)
-                .when(_identity_key(a) > _identity_key(b), 1)
-                .otherwise(0),
+                lambda a, b: (
+                    F.when(_identity_key(a) < _identity_key(b), -1)
+                    .when(_identity_key(a) > _identity_key(b), 1)
+                    .otherwise(0)
+                ),
             ),
         ),
         (f"{p}deduped", F.filter(ordered, lambda r, i: (i == 0) | ~same_identity(F.get(ordered, i - 1), r))),
@@ -406,9 +439,11 @@ def _choose(p: str) -> Stages:
                         F.when(r["tier"] == TIER_TRANSPORT, transport).otherwise(r["target"]).alias("target"),
                     ),
                 ),
-                lambda r: r["tier"].isin(TIER_MIRROR, TIER_NETWORK)
-                | ((r["tier"] == TIER_LOCAL) & r["db"].isNotNull())
-                | ((r["tier"] == TIER_TRANSPORT) & r["target"].isNotNull()),
+                lambda r: (
+                    r["tier"].isin(TIER_MIRROR, TIER_NETWORK)
+                    | ((r["tier"] == TIER_LOCAL) & r["db"].isNotNull())
+                    | ((r["tier"] == TIER_TRANSPORT) & r["target"].isNotNull())
+                ),
             ),
         ),
         (f"{p}best", F.array_min(F.transform(usable, lambda r: r["tier"]))),
@@ -469,7 +504,12 @@ def _apply(m: DataFrame, stages: Stages) -> DataFrame:
 
 
 def _routing_pass(
-    m: DataFrame, t: Snapshot, ctx: BatchContext, p: str, scope: Column, remote: Column,
+    m: DataFrame,
+    t: Snapshot,
+    ctx: BatchContext,
+    p: str,
+    scope: Column,
+    remote: Column,
     m4_first: Callable[[DataFrame], DataFrame],
 ) -> DataFrame:
     m = _lookup(m, t, ctx, scope, p)
@@ -489,9 +529,9 @@ def decide(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFrame:
     """
     input_cols = list(messages.columns)
     remote = F.col("origin") == F.lit(REMOTE)
-    m = messages.join(
-        F.broadcast(t.hosted), messages["service"] == t.hosted["h_service"], "left"
-    ).drop("h_service")
+    m = messages.join(F.broadcast(t.hosted), messages["service"] == t.hosted["h_service"], "left").drop(
+        "h_service"
+    )
     if ctx.has_waiting:
         waiting = ctx.waiting.withColumn("_waiting", F.lit(True))
         m = m.join(F.broadcast(waiting), m["conversation_id"] == waiting["w_conversation_id"], "left")
@@ -527,7 +567,9 @@ def decide(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFrame:
                 .withColumnsRenamed({f"{p}scope": f"{p}fs", "service": f"{p}fsv"})
             )
             frame = frame.join(
-                first, (frame[f"{p}scope"] == first[f"{p}fs"]) & (frame["service"] == first[f"{p}fsv"]), "left"
+                first,
+                (frame[f"{p}scope"] == first[f"{p}fs"]) & (frame["service"] == first[f"{p}fsv"]),
+                "left",
             )
             return frame.withColumn(
                 f"{p}m4", F.coalesce(F.col("pos") == F.col(f"{p}m4_pos"), F.lit(False))
@@ -547,18 +589,24 @@ def decide(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFrame:
         return F.when(F.col("_loop"), F.col(f"b_{name}")).otherwise(F.col(f"a_{name}"))
 
     s4_hit = F.col("e_name").isNotNull()
-    waiting = F.col("_waiting")
+    is_waiting = F.col("_waiting")
     decided = m.select(
         *input_cols,
-        F.when(waiting, F.lit("delayed")).when(s4_hit, F.lit("deliver")).otherwise(pick("outcome")).alias("outcome"),
-        F.when(waiting, None).when(s4_hit, F.col("e_name")).otherwise(pick("database")).alias("d_database"),
-        F.when(waiting | s4_hit, None).otherwise(pick("address")).alias("d_address"),
-        F.when(waiting | s4_hit, None).otherwise(pick("route")).alias("d_route"),
-        F.when(waiting, None).when(s4_hit, F.lit("S4")).otherwise(pick("match_step")).alias("match_step"),
-        F.when(waiting | s4_hit, None).otherwise(pick("choice_step")).alias("choice_step"),
-        F.when(waiting, F.lit("no_route")).when(s4_hit, None).otherwise(pick("reason")).alias("reason"),
-        F.when(waiting | s4_hit, None).otherwise(pick("requests")).alias("requests"),
-        F.when(waiting | s4_hit, None)
+        F.when(is_waiting, F.lit("delayed"))
+        .when(s4_hit, F.lit("deliver"))
+        .otherwise(pick("outcome"))
+        .alias("outcome"),
+        F.when(is_waiting, None)
+        .when(s4_hit, F.col("e_name"))
+        .otherwise(pick("database"))
+        .alias("d_database"),
+        F.when(is_waiting | s4_hit, None).otherwise(pick("address")).alias("d_address"),
+        F.when(is_waiting | s4_hit, None).otherwise(pick("route")).alias("d_route"),
+        F.when(is_waiting, None).when(s4_hit, F.lit("S4")).otherwise(pick("match_step")).alias("match_step"),
+        F.when(is_waiting | s4_hit, None).otherwise(pick("choice_step")).alias("choice_step"),
+        F.when(is_waiting, F.lit("no_route")).when(s4_hit, None).otherwise(pick("reason")).alias("reason"),
+        F.when(is_waiting | s4_hit, None).otherwise(pick("requests")).alias("requests"),
+        F.when(is_waiting | s4_hit, None)
         .when(pick("outcome") == "forward", F.col("hops_remaining") - 1)
         .alias("d_hops_remaining"),
         F.when(F.col("_loop") | remote, F.lit(MSDB)).otherwise(F.col("origin")).alias("d_scope"),

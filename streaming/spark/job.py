@@ -55,7 +55,7 @@ from streaming.spark.engine import (
     build_snapshot,
     decide,
 )
-from streaming.spark.sql_topics import escape_sql, network_topic_sql, queue_topic_sql
+from streaming.spark.sql_topics import network_topic_sql, queue_topic_sql
 from streaming.tables.topic_io import read_catalogs, read_latest
 
 log = logging.getLogger("streaming.job")
@@ -87,22 +87,27 @@ class Topology:
 
     @property
     def outbound(self) -> str:
+        """The topic the instance's services write to."""
         return topics.outbound_topic(self.instance.name, self.prefix)
 
     @property
     def inbound(self) -> str:
+        """The topic other instances write to."""
         return topics.inbound_topic(self.instance.name, self.prefix)
 
     @property
     def delayed(self) -> str:
+        """Delayed messages."""
         return topics.delayed_topic(self.instance.name, self.prefix)
 
     @property
     def dropped(self) -> str:
+        """Dropped and discarded messages."""
         return topics.dropped_topic(self.instance.name, self.prefix)
 
     @property
     def deadletter(self) -> str:
+        """Records that do not decode."""
         return topics.deadletter_topic(self.instance.name, self.prefix)
 
 
@@ -120,7 +125,8 @@ def load_topology(settings: Settings) -> Topology:
         instance=by_name[settings.instance],
         prefix=settings.topic_prefix,
         inbound_by_address={
-            normalize_address(i.address): topics.inbound_topic(i.name, settings.topic_prefix) for i in instances
+            normalize_address(i.address): topics.inbound_topic(i.name, settings.topic_prefix)
+            for i in instances
         },
     )
 
@@ -171,7 +177,12 @@ class RouteSnapshots:
             from_avro("value", schema_json("route"), {"mode": "PERMISSIVE"}).alias("r")
         )
         return decoded.where(F.col("r").isNotNull()).select(
-            "r.scope", "r.name", "r.service", "r.broker_instance", "r.address", "r.mirror_address",
+            "r.scope",
+            "r.name",
+            "r.service",
+            "r.broker_instance",
+            "r.address",
+            "r.mirror_address",
             F.col("r.expires_at").cast("timestamp").alias("expires_at"),
         )
 
@@ -221,6 +232,7 @@ class DelayedLedger:
 
     @classmethod
     def load(cls, path: Path) -> DelayedLedger:
+        """Read the saved index, or start an empty one."""
         if not path.exists():
             return cls(path=path)
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -232,6 +244,7 @@ class DelayedLedger:
         )
 
     def save(self) -> None:
+        """Write the index atomically."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(
@@ -247,6 +260,7 @@ class DelayedLedger:
         tmp.replace(self.path)
 
     def waiting_conversations(self) -> frozenset[str]:
+        """Conversations that have a delayed message waiting (D1)."""
         return frozenset(e.conversation_id for e in self.entries)
 
     def take_due(self, now_ms: int, retry_ms: int) -> list[DelayedEntry]:
@@ -257,6 +271,7 @@ class DelayedLedger:
         return due
 
     def next_due_ms(self, retry_ms: int) -> int | None:
+        """When the earliest waiting entry falls due, in epoch milliseconds."""
         return min((e.appended_ms + retry_ms for e in self.entries), default=None)
 
 
@@ -303,10 +318,14 @@ class RouterJob:
         if not with_tick:
             return kafka
         tick = (
-            self.spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+            self.spark.readStream.format("rate")
+            .option("rowsPerSecond", 1)
+            .load()
             .select(
-                F.lit(None).cast("string").alias("topic"), F.lit(-1).alias("partition"),
-                F.col("value").alias("offset"), F.lit(None).cast("binary").alias("value"),
+                F.lit(None).cast("string").alias("topic"),
+                F.lit(-1).alias("partition"),
+                F.col("value").alias("offset"),
+                F.lit(None).cast("binary").alias("value"),
             )
         )
         return kafka.unionByName(tick)
@@ -349,7 +368,11 @@ class RouterJob:
         if count:
             log.info(
                 "batch %d: %d records (%d due from delayed) in %.2fs, snapshot %s",
-                batch_id, count, len(due), time.monotonic() - started, snapshot.version,
+                batch_id,
+                count,
+                len(due),
+                time.monotonic() - started,
+                snapshot.version,
             )
 
     def release_due(self) -> int:
@@ -401,7 +424,9 @@ class RouterJob:
             .load()
         )
         return raw.join(
-            F.broadcast(wanted), (raw["partition"] == wanted["w_p"]) & (raw["offset"] == wanted["w_o"]), "left_semi"
+            F.broadcast(wanted),
+            (raw["partition"] == wanted["w_p"]) & (raw["offset"] == wanted["w_o"]),
+            "left_semi",
         ).select("topic", "partition", "offset", "value")
 
     def _decode(self, records: DataFrame) -> DataFrame:
@@ -420,12 +445,18 @@ class RouterJob:
         bid = F.when(
             compact.rlike("^[0-9a-f]{32}$"),
             F.concat_ws(
-                "-", F.substring(compact, 1, 8), F.substring(compact, 9, 4), F.substring(compact, 13, 4),
-                F.substring(compact, 17, 4), F.substring(compact, 21, 12),
+                "-",
+                F.substring(compact, 1, 8),
+                F.substring(compact, 9, 4),
+                F.substring(compact, 13, 4),
+                F.substring(compact, 17, 4),
+                F.substring(compact, 21, 12),
             ),
         )
         # An inbound record is remote whatever it claims (S3); an outbound one names its database.
-        origin = F.when(F.col("_source") == SOURCE_INBOUND, F.lit("remote")).otherwise(F.col("rec.origin_database"))
+        origin = F.when(F.col("_source") == SOURCE_INBOUND, F.lit("remote")).otherwise(
+            F.col("rec.origin_database")
+        )
         error = (
             F.when(F.col("value").isNull(), F.lit("empty record (no value)"))
             # PERMISSIVE from_avro gives null, or a record of nulls, for bytes that do not decode.
@@ -460,10 +491,15 @@ class RouterJob:
         )
         ttl_s = F.when(
             F.col("rec.expires_at").isNotNull(),
-            (F.unix_millis(F.col("rec.expires_at").cast("timestamp")) - F.unix_millis(F.current_timestamp())) / 1000.0,
+            (F.unix_millis(F.col("rec.expires_at").cast("timestamp")) - F.unix_millis(F.current_timestamp()))
+            / 1000.0,
         ).otherwise(F.col("rec.time_to_live_ms") / 1000.0)
         return frame.select(
-            "topic", "partition", "offset", "value", "rec",
+            "topic",
+            "partition",
+            "offset",
+            "value",
+            "rec",
             error.alias("error"),
             pos.cast("long").alias("pos"),
             F.coalesce(F.col("rec.message_id"), F.lit("")).alias("id"),
@@ -480,11 +516,12 @@ class RouterJob:
 
     def _route(self, decoded: DataFrame, snapshot: Snapshot, now: datetime) -> int:
         """Decide, write every record to its destination, send MissingRoute requests; return the count."""
-        t = self.topology
         good = decoded.where(F.col("error").isNull())
         bad = decoded.where(F.col("error").isNotNull())
         context = batch_context(
-            self.spark, now, pending=frozenset(self.ledger.pending_requests),
+            self.spark,
+            now,
+            pending=frozenset(self.ledger.pending_requests),
             waiting=self.ledger.waiting_conversations(),
         )
         decided = decide(good, snapshot, context)
@@ -511,13 +548,20 @@ class RouterJob:
         t = self.topology
         address = F.col("d_address")
         addr_norm = F.lower(F.regexp_replace(F.trim(address), "/+$", ""))
-        inbound_map = F.create_map(
-            *[x for a, topic in sorted(t.inbound_by_address.items()) for x in (F.lit(a), F.lit(topic))]
-        ) if t.inbound_by_address else F.create_map().cast("map<string,string>")
+        inbound_map = (
+            F.create_map(
+                *[x for a, topic in sorted(t.inbound_by_address.items()) for x in (F.lit(a), F.lit(topic))]
+            )
+            if t.inbound_by_address
+            else F.create_map().cast("map<string,string>")
+        )
         instance_escaped = topics.escape(t.instance.name)
         outcome = F.col("outcome")
         topic = (
-            F.when(outcome == "deliver", queue_topic_sql(t.prefix, instance_escaped, F.col("d_database"), F.col("service")))
+            F.when(
+                outcome == "deliver",
+                queue_topic_sql(t.prefix, instance_escaped, F.col("d_database"), F.col("service")),
+            )
             .when(
                 outcome.isin("send", "forward"),
                 F.coalesce(F.element_at(inbound_map, addr_norm), network_topic_sql(t.prefix, addr_norm)),
@@ -527,9 +571,11 @@ class RouterJob:
         )
         rec = F.col("rec")
         rec = rec.withField(
-            "hops_remaining", F.when(outcome == "forward", F.col("d_hops_remaining")).otherwise(rec["hops_remaining"])
+            "hops_remaining",
+            F.when(outcome == "forward", F.col("d_hops_remaining")).otherwise(rec["hops_remaining"]),
         ).withField(
-            "attempt", F.when(F.col("_source") == SOURCE_DELAYED, rec["attempt"] + 1).otherwise(rec["attempt"])
+            "attempt",
+            F.when(F.col("_source") == SOURCE_DELAYED, rec["attempt"] + 1).otherwise(rec["attempt"]),
         )
         decided_at = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         due_at = datetime.fromtimestamp(now.timestamp() + self.topology.instance.retry_s, timezone.utc)
@@ -588,9 +634,14 @@ class RouterJob:
             )
             conversation = f"missing-route-{uuid.uuid4()}"
             record = new_message_record(
-                message_id=conversation, conversation_id=conversation, to_service=BROKER_CONFIGURATION_SERVICE,
-                from_service=BROKER_CONFIGURATION_SERVICE, enqueued_at=now, body=body.encode("utf-8"),
-                origin_database=scope, message_type=MISSING_ROUTE_MESSAGE_TYPE,
+                message_id=conversation,
+                conversation_id=conversation,
+                to_service=BROKER_CONFIGURATION_SERVICE,
+                from_service=BROKER_CONFIGURATION_SERVICE,
+                enqueued_at=now,
+                body=body.encode("utf-8"),
+                origin_database=scope,
+                message_type=MISSING_ROUTE_MESSAGE_TYPE,
             )
             producer.produce(self.topology.outbound, key=conversation.encode(), value=encode_message(record))
             self.ledger.pending_requests.add((scope, service))
@@ -609,9 +660,7 @@ def _headers(pairs: list[tuple[str, Column]]) -> Column:
     return F.filter(entries, lambda h: h["value"].isNotNull())
 
 
-def run_until_drained(
-    job: RouterJob, max_wait_s: float, progress: Callable[[str], None] = print
-) -> None:
+def run_until_drained(job: RouterJob, max_wait_s: float, progress: Callable[[str], None] = print) -> None:
     """After a replay, re-route delayed messages as they fall due, until none wait or time runs out."""
     retry_ms = int(job.topology.instance.retry_s * 1000)
     deadline = time.monotonic() + max_wait_s

@@ -21,9 +21,7 @@ def escape_sql(col: Column) -> Column:
     def piece(i: Column) -> Column:
         pair = F.substring(hexed, i * 2 + 1, 2)
         code = F.conv(pair, 16, 10).cast("int")
-        safe = (
-            code.between(48, 57) | code.between(65, 90) | code.between(97, 122)
-        )
+        safe = code.between(48, 57) | code.between(65, 90) | code.between(97, 122)
         return F.when(safe, F.decode(F.unhex(pair), "US-ASCII")).otherwise(F.concat(F.lit("-"), pair))
 
     escaped = F.when(

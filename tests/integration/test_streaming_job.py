@@ -18,15 +18,21 @@ from streaming.kafka.admin import end_offsets
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
 from streaming.rules.model import Database, Instance, Route
 from streaming.spark.job import RouterJob
-from streaming.tables.topic_io import put_route, publish_catalogs
+from streaming.tables.topic_io import publish_catalogs, put_route
 
 pytestmark = pytest.mark.integration
 
 AW = Database("AW", "0a0a0a0a-0000-0000-0000-000000000001", True, ("InitiatorService", "Audit"))
 MSDB = Database("msdb", "0d0d0d0d-0000-0000-0000-000000000001", True, ())
 I1 = Instance("i1", "TCP://i1:4022", (AW, MSDB), retry_s=1.0)
-I2 = Instance("i2", "TCP://i2:4022", (Database("Parts", "0b0b0b0b-0000-0000-0000-000000000002", True, ("OrderParts",)),
-                                       Database("msdb", "0e0e0e0e-0000-0000-0000-000000000001", True, ())))
+I2 = Instance(
+    "i2",
+    "TCP://i2:4022",
+    (
+        Database("Parts", "0b0b0b0b-0000-0000-0000-000000000002", True, ("OrderParts",)),
+        Database("msdb", "0e0e0e0e-0000-0000-0000-000000000001", True, ()),
+    ),
+)
 
 
 def read_all(bootstrap: str, topic: str) -> list[tuple[dict[str, str], bytes | None]]:
@@ -36,7 +42,9 @@ def read_all(bootstrap: str, topic: str) -> list[tuple[dict[str, str], bytes | N
     out: list[tuple[dict[str, str], bytes | None]] = []
     if total == 0:
         return out
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4()}", "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4()}", "enable.auto.commit": False}
+    )
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])
         while len(out) < total:
@@ -54,8 +62,13 @@ def read_all(bootstrap: str, topic: str) -> list[tuple[dict[str, str], bytes | N
 def message(conversation: str, service: str, n: int = 0, origin: str | None = "AW") -> bytes:
     return encode_message(
         new_message_record(
-            message_id=f"{conversation}:{n}", conversation_id=conversation, sequence_number=n, to_service=service,
-            from_service="InitiatorService", origin_database=origin, enqueued_at=datetime.now(timezone.utc),
+            message_id=f"{conversation}:{n}",
+            conversation_id=conversation,
+            sequence_number=n,
+            to_service=service,
+            from_service="InitiatorService",
+            origin_database=origin,
+            enqueued_at=datetime.now(timezone.utc),
             body=b"<x/>",
         )
     )
@@ -83,7 +96,11 @@ def prefix(kafka_bootstrap: str) -> str:
 
 def replay(spark, kafka_bootstrap: str, prefix: str, tmp_path: Path, instance: str = "i1") -> RouterJob:  # type: ignore[no-untyped-def]
     settings = load_settings(
-        None, instance=instance, bootstrap=kafka_bootstrap, topic_prefix=prefix, checkpoint_dir=str(tmp_path / instance)
+        None,
+        instance=instance,
+        bootstrap=kafka_bootstrap,
+        topic_prefix=prefix,
+        checkpoint_dir=str(tmp_path / instance),
     )
     job = RouterJob(spark, settings)
     query = job.start(available_now=True)
@@ -95,13 +112,21 @@ def replay(spark, kafka_bootstrap: str, prefix: str, tmp_path: Path, instance: s
     return job
 
 
-def test_routes_each_message_to_its_destination_with_decision_headers(spark, kafka_bootstrap, prefix, tmp_path):
-    produce(kafka_bootstrap, topics.outbound_topic("i1", prefix), [
-        ("c1", message("c1", "OrderParts")),
-        ("c2", message("c2", "Audit")),
-        ("c3", message("c3", "Nowhere")),
-    ])
-    produce(kafka_bootstrap, topics.inbound_topic("i1", prefix), [("c4", message("c4", "Nowhere", origin="AW"))])
+def test_routes_each_message_to_its_destination_with_decision_headers(
+    spark, kafka_bootstrap, prefix, tmp_path
+):
+    produce(
+        kafka_bootstrap,
+        topics.outbound_topic("i1", prefix),
+        [
+            ("c1", message("c1", "OrderParts")),
+            ("c2", message("c2", "Audit")),
+            ("c3", message("c3", "Nowhere")),
+        ],
+    )
+    produce(
+        kafka_bootstrap, topics.inbound_topic("i1", prefix), [("c4", message("c4", "Nowhere", origin="AW"))]
+    )
     job = replay(spark, kafka_bootstrap, prefix, tmp_path)
     assert job.routed == 4
 
@@ -112,7 +137,9 @@ def test_routes_each_message_to_its_destination_with_decision_headers(spark, kaf
     assert decode_message(sent[0][1])["conversation_id"] == "c1"
 
     delivered = read_all(kafka_bootstrap, topics.queue_topic("i1", "AW", "Audit", prefix))
-    assert [(h["outcome"], h["database"], h["route"]) for h, _ in delivered] == [("deliver", "AW", "AutoCreatedLocal")]
+    assert [(h["outcome"], h["database"], h["route"]) for h, _ in delivered] == [
+        ("deliver", "AW", "AutoCreatedLocal")
+    ]
 
     delayed = read_all(kafka_bootstrap, topics.delayed_topic("i1", prefix))
     assert [(h["outcome"], h["reason"]) for h, _ in delayed] == [("delayed", "service_not_found")]
@@ -120,16 +147,22 @@ def test_routes_each_message_to_its_destination_with_decision_headers(spark, kaf
 
     # S3: an inbound record is remote whatever origin it claims; msdb's ACL cannot locate it (D5).
     dropped = read_all(kafka_bootstrap, topics.dropped_topic("i1", prefix))
-    assert [(h["outcome"], h["reason"], h["scope"]) for h, _ in dropped] == [("dropped", "service_not_found", "msdb")]
+    assert [(h["outcome"], h["reason"], h["scope"]) for h, _ in dropped] == [
+        ("dropped", "service_not_found", "msdb")
+    ]
 
 
 def test_malformed_records_are_dead_lettered_and_the_query_goes_on(spark, kafka_bootstrap, prefix, tmp_path):
-    produce(kafka_bootstrap, topics.outbound_topic("i1", prefix), [
-        ("bad1", b"\x00\x01not avro at all"),
-        ("c1", message("c1", "Audit")),
-        ("bad2", message("bad2", "Audit", origin="NoSuchDatabase")),
-        ("c2", message("c2", "Audit", n=0)),
-    ])
+    produce(
+        kafka_bootstrap,
+        topics.outbound_topic("i1", prefix),
+        [
+            ("bad1", b"\x00\x01not avro at all"),
+            ("c1", message("c1", "Audit")),
+            ("bad2", message("bad2", "Audit", origin="NoSuchDatabase")),
+            ("c2", message("c2", "Audit", n=0)),
+        ],
+    )
     job = replay(spark, kafka_bootstrap, prefix, tmp_path)
     assert job.routed == 4
     dead = read_all(kafka_bootstrap, topics.deadletter_topic("i1", prefix))
