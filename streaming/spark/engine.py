@@ -86,7 +86,8 @@ DECISION_COLUMNS = (
 )
 
 TIER_MIRROR, TIER_LOCAL, TIER_NETWORK, TIER_TRANSPORT = 1, 2, 3, 4
-_TRANSPORT_PREFIX = r"^([tT][cC][pP]://[^/:]+:[0-9]+)"
+# T1/T4: `tcp://host:port` at the start of the service name, ending at `/` or at the end.
+_TRANSPORT_PREFIX = r"^((?i)tcp://[^/:\s]+:[0-9]+)(/|$)"
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,8 @@ def build_snapshot(
                 ),
                 lambda h: F.struct(h["name"].alias("name"), h["bid"].alias("bid")),
             ).alias("h_dbs"),
-            F.lit(True).alias("h_any"),
+            # M6 and L4: only a broker-enabled database makes the service "hosted by the instance".
+            F.max(F.col("enabled")).alias("h_any"),
         )
         .withColumnRenamed("service", "h_service")
     )
@@ -447,12 +449,18 @@ def _choose(p: str) -> Stages:
             ),
         ),
         (f"{p}best", F.array_min(F.transform(usable, lambda r: r["tier"]))),
+        # No usable candidate: `service_not_found` when a LOCAL route could not locate the service.
+        (f"{p}has_local", F.exists(F.col(f"{p}deduped"), lambda r: r["tier"] == TIER_LOCAL)),
         (f"{p}chosen", _pick(F.filter(usable, lambda r: r["tier"] == F.col(f"{p}best")))),
     ]
 
 
 def _fate(p: str, remote: Column, t: Snapshot) -> Stages:
-    """The outcome of one routing pass: C-drop, F3 hop and lifetime, F5 buffer, D5 drop vs delay."""
+    """The outcome of one routing pass: C-drop, F3 hop and lifetime, F5 buffer, D5 drop vs delay.
+
+    Order as in the reference engine: the forwarding gate, then the forwarder's own checks, then
+    the next hop (a mirror route with no principal partner cannot be sent, MI3).
+    """
     chosen = F.col(f"{p}chosen")
     step = F.col(f"{p}step")
     tier = chosen["tier"]
@@ -464,20 +472,22 @@ def _fate(p: str, remote: Column, t: Snapshot) -> Stages:
     cases: list[tuple[Column, str, str | None]] = [
         (step == 4, "", "route_requested"),
         (step == 7, "", "no_route"),
-        (chosen.isNull(), "", "service_not_found"),
+        (chosen.isNull() & F.col(f"{p}has_local"), "", "service_not_found"),
+        (chosen.isNull(), "", "no_route"),
         (tier == TIER_LOCAL, "deliver", None),
         (remote & F.lit(not t.forwarding), "dropped", "forwarding_disabled"),
-        (target.isNull(), "", "principal_unknown"),
         (remote & (hops <= 0), "discarded", "hops_exhausted"),
         (remote & expired, "discarded", "lifetime_expired"),
         (remote & too_big, "discarded", "forward_buffer_full"),
+        (target.isNull(), "", "principal_unknown"),
     ]
     # One CASE over the cases, in order: the first that holds decides the fate.
-    fate: Column = F.when(remote, F.lit(9)).otherwise(F.lit(10))
+    forward_code, send_code = len(cases), len(cases) + 1
+    fate: Column = F.when(remote, F.lit(forward_code)).otherwise(F.lit(send_code))
     for i, (cond, _, _) in reversed(list(enumerate(cases))):
         fate = F.when(cond, F.lit(i)).otherwise(fate)
     fate_col = F.col(f"{p}fate")
-    outcome: Column = F.when(fate_col == 9, F.lit("forward")).otherwise(F.lit("send"))
+    outcome: Column = F.when(fate_col == forward_code, F.lit("forward")).otherwise(F.lit("send"))
     reason: Column = F.lit(None).cast("string")
     for i, (_, name, why) in enumerate(cases):
         outcome = F.when(fate_col == i, not_routed if name == "" else F.lit(name)).otherwise(outcome)
@@ -491,7 +501,7 @@ def _fate(p: str, remote: Column, t: Snapshot) -> Stages:
         (f"{p}choice_step", F.when(routed, F.concat(F.lit("C"), tier.cast("string")))),
         (f"{p}route", F.when(routed, chosen["name"])),
         (f"{p}database", F.when(routed & (tier == TIER_LOCAL), chosen["db"])),
-        (f"{p}address", F.when(routed & (tier != TIER_LOCAL), target)),
+        (f"{p}address", F.when(F.col(f"{p}outcome").isin("send", "forward"), target)),
         (f"{p}requests", F.when(step == 4, F.col("service"))),
     ]
 
@@ -535,7 +545,10 @@ def decide(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFrame:
     if ctx.has_waiting:
         waiting = ctx.waiting.withColumn("_waiting", F.lit(True))
         m = m.join(F.broadcast(waiting), m["conversation_id"] == waiting["w_conversation_id"], "left")
-        m = m.withColumn("_waiting", F.coalesce(F.col("_waiting"), F.lit(False))).drop("w_conversation_id")
+        # D5: only locally originated conversations are delayed; incoming messages never wait.
+        m = m.withColumn("_waiting", F.coalesce(F.col("_waiting"), F.lit(False)) & ~remote).drop(
+            "w_conversation_id"
+        )
     else:
         m = m.withColumn("_waiting", F.lit(False))
     s4 = F.broadcast(t.databases)
@@ -619,13 +632,14 @@ def decide(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFrame:
 def _delay_behind(decided: DataFrame) -> DataFrame:
     """D1: once a message of a conversation is delayed, the later ones of the batch wait behind it."""
     first_delay = (
-        decided.where(F.col("outcome") == "delayed")
+        decided.where((F.col("outcome") == "delayed") & (F.col("origin") != F.lit(REMOTE)))
         .groupBy("conversation_id")
         .agg(F.min("pos").alias("_first_delay"))
         .withColumnRenamed("conversation_id", "_fd_conv")
     )
     out = decided.join(first_delay, decided["conversation_id"] == first_delay["_fd_conv"], "left")
-    behind = F.coalesce(F.col("pos") > F.col("_first_delay"), F.lit(False))
+    local = F.col("origin") != F.lit(REMOTE)
+    behind = local & F.coalesce(F.col("pos") > F.col("_first_delay"), F.lit(False))
     replace = {
         "outcome": F.lit("delayed"),
         "reason": F.lit("no_route"),
