@@ -362,6 +362,8 @@ class RouterJob:
             count = self._route(decoded, snapshot, now)
         finally:
             decoded.unpersist()
+        # Index what this batch delayed, so the saved state names every waiting conversation.
+        self._scan_delayed()
         self.ledger.save()
         self.batches += 1
         self.routed += count

@@ -172,7 +172,7 @@ def test_the_engines_decide_alike(batch: RoutingBatch, spark_decider: SparkDecid
     got = spark_decider.decide(batch)
     want_rows = [(d.id, *(getattr(d, f) for f in FIELDS)) for d in expected.decisions]
     got_rows = [(d.id, *(getattr(d, f) for f in FIELDS)) for d in got.decisions]
-    differences = [(w, g) for w, g in zip(want_rows, got_rows) if w != g]
-    assert not differences, f"reference vs spark, first of {len(differences)}: {differences[0]}"
     assert len(want_rows) == len(got_rows)
+    differences = [(w, g) for w, g in zip(want_rows, got_rows, strict=True) if w != g]
+    assert not differences, f"reference vs spark, first of {len(differences)}: {differences[0]}"
     assert expected.requests == got.requests

@@ -5,6 +5,7 @@ Each test has its own topic prefix, so its routes, catalogs and message topics a
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -183,3 +184,53 @@ def test_a_restart_from_the_checkpoint_routes_only_new_records(spark, kafka_boot
     assert replay(spark, kafka_bootstrap, prefix, tmp_path).routed == 2
     delivered = read_all(kafka_bootstrap, topics.queue_topic("i1", "AW", "Audit", prefix))
     assert sorted(decode_message(v)["conversation_id"] for _, v in delivered) == ["c1", "c2", "c3"]
+
+
+def test_a_route_created_while_messages_wait_releases_them_in_order(spark, kafka_bootstrap, prefix, tmp_path):
+    """D1-D3: the conversation waits on the delayed topic; after a route appears it leaves in order."""
+    outbound = topics.outbound_topic("i1", prefix)
+    produce(kafka_bootstrap, outbound, [("c9", message("c9", "Remote", n)) for n in range(3)])
+    job = replay(spark, kafka_bootstrap, prefix, tmp_path)
+    delayed = read_all(kafka_bootstrap, topics.delayed_topic("i1", prefix))
+    assert [h["outcome"] for h, _ in delayed] == ["delayed"] * 3
+    # The first could not be located (M5, AutoCreatedLocal); the others wait behind it (D1).
+    assert [h.get("reason") for h, _ in delayed] == ["service_not_found", "no_route", "no_route"]
+    assert sorted(job.ledger.waiting_conversations()) == ["c9"]
+
+    # A route appears; once the conversation is due (retry_s = 1 s) it is re-routed against the
+    # routes of that moment, ahead of its newer message, and everything leaves in order.
+    put_route(
+        kafka_bootstrap,
+        Route("AW", "RemoteRoute", "TCP://i2:4022", service="Remote"),
+        topics.routes_topic(prefix),
+    )
+    due_at = max(datetime.fromisoformat(h["due_at"].replace("Z", "+00:00")) for h, _ in delayed)
+    while datetime.now(timezone.utc) <= due_at:  # wait for the stated due time, not a guess
+        time.sleep(0.1)
+    produce(kafka_bootstrap, outbound, [("c9", message("c9", "Remote", 3))])
+    job = replay(spark, kafka_bootstrap, prefix, tmp_path)
+    assert job.ledger.entries == []
+    sent = read_all(kafka_bootstrap, topics.inbound_topic("i2", prefix))
+    assert [decode_message(v)["message_id"] for _, v in sent] == [f"c9:{n}" for n in range(4)]
+    assert {h["route"] for h, _ in sent} == {"RemoteRoute"}
+    assert [decode_message(v)["attempt"] for _, v in sent] == [1, 1, 1, 0]
+
+
+def test_replay_drains_delayed_messages_as_they_fall_due(spark, kafka_bootstrap, prefix, tmp_path):
+    """D2: the replay's drain re-routes a delayed conversation when due, against the routes then."""
+    outbound = topics.outbound_topic("i1", prefix)
+    produce(kafka_bootstrap, outbound, [("c7", message("c7", "Later", n)) for n in range(2)])
+    job = replay(spark, kafka_bootstrap, prefix, tmp_path)
+    assert sorted(job.ledger.waiting_conversations()) == ["c7"]
+    put_route(
+        kafka_bootstrap,
+        Route("AW", "LaterRoute", "TCP://i2:4022", service="Later"),
+        topics.routes_topic(prefix),
+    )
+
+    from streaming.spark.job import run_until_drained
+
+    run_until_drained(job, max_wait_s=60, progress=lambda _: None)
+    assert job.ledger.entries == []
+    sent = read_all(kafka_bootstrap, topics.inbound_topic("i2", prefix))
+    assert [decode_message(v)["message_id"] for _, v in sent] == ["c7:0", "c7:1"]
