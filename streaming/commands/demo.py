@@ -46,6 +46,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--port", type=int, default=DEFAULT_PORT, help=f"broker port (default {DEFAULT_PORT})"
     )
     parser.add_argument("--routes-dir", type=Path, default=None, help="sample data (default routes/demo)")
+    parser.add_argument(
+        "--state-dir", type=Path, default=None, help="the broker's state folder (default .state/kafka)"
+    )
     parser.set_defaults(func=run)
 
 
@@ -55,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     from streaming.spark.session import build_session
 
     started = time.monotonic()
-    broker = EmbeddedKafka(default_state_dir(), port=args.port)
+    state_dir = args.state_dir or default_state_dir()
+    broker = EmbeddedKafka(state_dir, port=args.port)
     result = broker.start()
     bootstrap = result.bootstrap
     print(
@@ -95,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"demo: sent {len(records)} messages in {args.conversations} conversations from i1/AW", flush=True)
 
     spark = build_session("router-demo")
-    state = Path(default_state_dir()).parent / "checkpoints" / prefix
+    state = Path(state_dir).parent / "checkpoints" / prefix
     for instance in ("i1", "i2"):
         settings = load_settings(
             None,

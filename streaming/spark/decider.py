@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyspark.sql import Row, SparkSession
 
 from streaming.rules.batch import BatchResult, RoutingBatch
-from streaming.rules.model import Decision, Outcome, Reason
+from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, Decision, Outcome, Reason
 from streaming.spark.engine import MESSAGE_SCHEMA, batch_context, build_snapshot, decide, route_frame
 
 
@@ -48,7 +48,11 @@ class SparkDecider:
             return BatchResult(decisions=())
         messages = self.spark.createDataFrame(rows, MESSAGE_SCHEMA)
         snapshot = build_snapshot(
-            self.spark, batch.instance, route_frame(self.spark, batch.routes), mirrors=dict(batch.mirrors)
+            self.spark,
+            batch.instance,
+            route_frame(self.spark, batch.routes),
+            mirrors=dict(batch.mirrors),
+            has_bcn=any(r.service == BROKER_CONFIGURATION_SERVICE for r in batch.routes),
         )
         context = batch_context(
             self.spark, batch.now, pending=batch.pending_requests, waiting=batch.waiting_conversations

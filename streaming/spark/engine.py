@@ -175,12 +175,14 @@ def build_snapshot(
     mirrors: Mapping[str, MirrorRole] | None = None,
     version: str = "",
     cache: bool = False,
+    has_bcn: bool | None = None,
 ) -> Snapshot:
     """Group the routes by matching key and attach each route's tier and target.
 
     A mirror route's target is the partner that says it is principal, or null (MI2, MI3); a
     network route's target is its address; LOCAL and TRANSPORT targets are found per message.
     With `cache`, the grouped tables are computed once and kept for every batch of the snapshot.
+    `has_bcn` (whether any route names the dynamic routing service) is looked up unless given.
     """
     principals = [a for a, role in (mirrors or {}).items() if role == MirrorRole.PRINCIPAL]
     principal_set = (
@@ -266,7 +268,7 @@ def build_snapshot(
         instance_address=normalize_address(instance.address),
         forwarding=instance.forwarding,
         forward_budget_bytes=instance.forward_size_mb * 1024 * 1024,
-        has_bcn=routes.where(is_bcn).limit(1).count() > 0,
+        has_bcn=routes.where(is_bcn).limit(1).count() > 0 if has_bcn is None else has_bcn,
         version=version,
     )
 

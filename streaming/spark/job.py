@@ -537,10 +537,10 @@ class RouterJob:
                 self.known_topics.update(new)
             out.write.format("kafka").options(**kafka_options(self.settings)).save()
             count = out.count()
-            requests = [
-                (r["d_scope"], r["requests"])
-                for r in decided.where(F.col("requests").isNotNull()).select("d_scope", "requests").collect()
-            ]
+            requests: list[tuple[str, str]] = []
+            if snapshot.has_bcn:  # M4 needs a route to the dynamic routing service
+                asked = decided.where(F.col("requests").isNotNull()).select("d_scope", "requests")
+                requests = [(r["d_scope"], r["requests"]) for r in asked.collect()]
         finally:
             out.unpersist()
         self._send_requests(requests)

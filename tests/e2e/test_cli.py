@@ -1,0 +1,96 @@
+"""The `router` command as a user runs it: a subprocess, its output, its exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+ROUTER = [sys.executable, "-m", "streaming.cli"]
+EXAMPLE = ROOT / "tests" / "scenarios" / "examples" / "ex5c-load-balancing.yaml"
+
+
+def router(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ROUTER, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_help_lists_every_command() -> None:
+    result = router("--help")
+    assert result.returncode == 0
+    for command in ("kafka", "routes", "catalogs", "send", "tail", "run", "replay", "resolve", "demo"):
+        assert command in result.stdout
+
+
+@pytest.mark.parametrize("engine", ["reference", "spark"])
+def test_resolve_prints_one_json_decision_per_line(engine: str) -> None:
+    result = router("resolve", "--engine", engine, str(EXAMPLE))
+    assert result.returncode == 0, result.stderr[-2000:]
+    decisions = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert decisions, result.stdout
+    assert decisions[0]["outcome"] == "send"
+    assert decisions[0]["route"] == "BalancedRouteOne" and decisions[0]["match_step"] == "M1"
+
+
+def test_a_bad_scenario_file_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ninstance: {name: i1}\nroutes: [{scope: AW, name: R, address: 'ftp://x'}]\n")
+    result = router("resolve", str(bad))
+    assert result.returncode == 2
+    assert "bad.yaml" in result.stderr
+
+
+def test_routes_load_then_list_reads_back_the_table(kafka_bootstrap: str) -> None:
+    prefix = f"e2e{uuid.uuid4().hex[:8]}"
+    common = ("--bootstrap", kafka_bootstrap, "--topic-prefix", prefix)
+    loaded = router("routes", "load", str(ROOT / "routes" / "demo" / "routes.yaml"), *common)
+    assert loaded.returncode == 0, loaded.stderr
+    listed = router("routes", "list", *common)
+    assert listed.returncode == 0, listed.stderr
+    assert "OrderPartsRoute" in listed.stdout and "TCP://i2.example:4022" in listed.stdout
+    dropped = tmp_sql = Path(os.environ.get("TMPDIR", "/tmp")) / f"{prefix}.sql"
+    tmp_sql.write_text("USE AW;\nDROP ROUTE OrderPartsRoute;\n")
+    try:
+        assert router("routes", "load", str(dropped), *common).returncode == 0
+    finally:
+        tmp_sql.unlink()
+    assert "OrderPartsRoute" not in router("routes", "list", *common).stdout
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_demo_routes_every_message_and_prints_the_summary(tmp_path: Path) -> None:
+    state = tmp_path / "kafka"
+    try:
+        result = router(
+            "demo",
+            "--conversations",
+            "20",
+            "--port",
+            str(free_port()),
+            "--state-dir",
+            str(state),
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+        out = result.stdout
+        assert "routed 40 records" in out  # i1: 20 conversations x 2 messages
+        rows = {
+            tuple(line.split()[:2]): int(line.split()[-1]) for line in out.splitlines() if ".queue." in line
+        }
+        assert rows[("i2.queue.Parts.OrderParts", "deliver")] == 20
+        assert rows[("i1.queue.AW.AuditService", "deliver")] == 16
+    finally:
+        router("kafka", "stop", "--state-dir", str(state))
