@@ -45,7 +45,7 @@ def prefix() -> str:
 
 
 def run_command(argv: list[str]) -> int:
-    """Run one of this helper's commands as `router` would, with only its modules registered."""
+    """Run one of these commands as `router` would, with only these command modules registered."""
     parser = argparse.ArgumentParser(prog="router")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (routes, catalogs, send, tail):

@@ -23,7 +23,7 @@ GUID = "5fb8d92b-ed69-4c80-afbb-2aa6a7d3cb2d"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    """Parse like `router`, with only this helper's command modules registered."""
+    """Parse like `router`, with only these command modules registered."""
     parser = argparse.ArgumentParser(prog="router")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (routes, catalogs, send, tail):
