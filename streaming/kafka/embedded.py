@@ -145,8 +145,15 @@ def _stop_with_parent() -> None:
 
 
 def new_cluster_id() -> str:
-    """Return a KRaft cluster id: 16 random bytes, URL-safe base64 without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+    """Return a KRaft cluster id: 16 random bytes, URL-safe base64 without padding (22 characters).
+
+    An id that starts with `-` would be read as an option by kafka-storage's argument parser, so
+    such ids (one in 64) are drawn again.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def java_executable() -> str:
