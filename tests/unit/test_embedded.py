@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from streaming.kafka.embedded import new_cluster_id
 
 
