@@ -349,7 +349,10 @@ class RouterJob:
     def process_batch(self, batch: DataFrame, batch_id: int) -> None:
         """Route one micro-batch (see the module docstring)."""
         started = time.monotonic()
+        previous = self.snapshots.current
         snapshot = self.snapshots.refresh()
+        if snapshot is not previous:
+            self._end_answered_requests(snapshot)
         now = datetime.now(timezone.utc)
         retry_ms = int(self.topology.instance.retry_s * 1000)
         self._scan_delayed()
@@ -376,6 +379,24 @@ class RouterJob:
                 time.monotonic() - started,
                 snapshot.version,
             )
+
+    def _end_answered_requests(self, snapshot: Snapshot) -> None:
+        """B6/B7: a pending MissingRoute request ends once a route naming its service exists in its scope.
+
+        Its conversations are re-routed at their next retry (D3), against the new route.
+        """
+        if not self.ledger.pending_requests:
+            return
+        answered = {
+            (r["n_scope"], r["n_service"])
+            for r in snapshot.named.where(
+                F.col("n_service").isin(*{s for _, s in self.ledger.pending_requests})
+            )
+            .select("n_scope", "n_service")
+            .collect()
+            if (r["n_scope"], r["n_service"]) in self.ledger.pending_requests
+        }
+        self.ledger.pending_requests -= answered
 
     def release_due(self) -> int:
         """Re-route the delayed messages that are due now, outside the query (replay drains)."""
