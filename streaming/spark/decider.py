@@ -10,7 +10,14 @@ from pyspark.sql import Row, SparkSession
 
 from streaming.rules.batch import BatchResult, RoutingBatch
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, Decision, Outcome, Reason
-from streaming.spark.engine import MESSAGE_SCHEMA, batch_context, build_snapshot, decide, route_frame
+from streaming.spark.engine import (
+    MESSAGE_SCHEMA,
+    batch_context,
+    build_snapshot,
+    decide,
+    local_frame,
+    route_frame,
+)
 
 
 class SparkDecider:
@@ -46,7 +53,7 @@ class SparkDecider:
         ]
         if not rows:
             return BatchResult(decisions=())
-        messages = self.spark.createDataFrame(rows, MESSAGE_SCHEMA)
+        messages = local_frame(self.spark, rows, MESSAGE_SCHEMA)
         snapshot = build_snapshot(
             self.spark,
             batch.instance,

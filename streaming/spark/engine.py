@@ -15,7 +15,7 @@ distinct broker instances in M3; L3 tries the origin database first, then catalo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -139,8 +139,8 @@ def batch_context(
     """Return the per-batch inputs as small DataFrames."""
     return BatchContext(
         now=now,
-        pending=spark.createDataFrame(sorted(pending), "p_scope string, p_service string"),
-        waiting=spark.createDataFrame([(c,) for c in sorted(waiting)], "w_conversation_id string"),
+        pending=local_frame(spark, sorted(pending), "p_scope string, p_service string"),
+        waiting=local_frame(spark, [(c,) for c in sorted(waiting)], "w_conversation_id string"),
         has_pending=bool(pending),
         has_waiting=bool(waiting),
     )
@@ -160,7 +160,26 @@ def route_frame(spark: SparkSession, routes: tuple[Route, ...] | list[Route]) ->
         )
         for r in routes
     ]
-    return spark.createDataFrame(rows, ROUTE_SCHEMA)
+    return local_frame(spark, rows, ROUTE_SCHEMA)
+
+
+def local_frame(spark: SparkSession, rows: Sequence[Sequence[object]], schema: StructType | str) -> DataFrame:
+    """A small driver-side table as a literal plan, evaluated by the JVM alone.
+
+    `spark.createDataFrame` on a Python list goes through Python workers on every use; the
+    catalog, the driver-held sets and the scenario batches are small enough to be literals.
+    """
+    parsed = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
+    if not isinstance(parsed, StructType):
+        raise TypeError(f"expected a struct schema, got {schema!r}")
+    struct = parsed
+    if not rows:
+        return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in struct.fields])
+    values = [
+        F.struct(*[F.lit(v).cast(f.dataType).alias(f.name) for v, f in zip(row, struct.fields, strict=True)])
+        for row in rows
+    ]
+    return spark.range(1).select(F.inline(F.array(*values)))
 
 
 def _norm(col: Column) -> Column:
@@ -233,8 +252,8 @@ def build_snapshot(
         for i, d in enumerate(instance.databases)
         for s in d.services
     ]
-    hosted_raw = spark.createDataFrame(
-        hosted_rows, "service string, name string, bid string, enabled boolean, ord int"
+    hosted_raw = local_frame(
+        spark, hosted_rows, "service string, name string, bid string, enabled boolean, ord int"
     )
     hosted = (
         hosted_raw.groupBy("service")
@@ -252,7 +271,8 @@ def build_snapshot(
         )
         .withColumnRenamed("service", "h_service")
     )
-    databases = spark.createDataFrame(
+    databases = local_frame(
+        spark,
         [(d.broker_instance, d.name) for d in instance.databases if d.broker_enabled],
         "e_bid string, e_name string",
     )
@@ -538,7 +558,27 @@ def decide(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFrame:
     locally originated message whose target is this instance's own address again as if it had
     arrived from outside. In batch order, a message behind a delayed message of its conversation is
     delayed too (D1), and only the first message of a batch asks for a missing route (B4).
+
+    As if one at a time: a message that waits behind an earlier one never reaches M4, so it cannot
+    be the one that asks. When a route to the dynamic routing service exists, the batch is decided
+    once to find those messages, then again with them left out of the B4 ranking.
     """
+    decided = _decide_rows(messages.withColumn("_behind_first", F.lit(False)), t, ctx)
+    if t.has_bcn:
+        first_pass = _delay_behind(decided.localCheckpoint(eager=True), keep_flag=True)
+        behind = first_pass.where(F.col("_behind")).select(
+            F.col("pos").alias("_bp"), F.lit(True).alias("_bf")
+        )
+        marked = messages.join(F.broadcast(behind), messages["pos"] == behind["_bp"], "left")
+        marked = marked.withColumn("_behind_first", F.coalesce(F.col("_bf"), F.lit(False))).drop("_bp", "_bf")
+        decided = _decide_rows(marked, t, ctx)
+    # The decisions are materialized once, so that the in-batch order step below reads them
+    # instead of re-deriving (and letting the optimizer inline) every rule expression.
+    return _delay_behind(decided.localCheckpoint(eager=True)).drop("_behind_first")
+
+
+def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFrame:
+    """One decision per message, before the in-batch order rule D1 is applied."""
     input_cols = list(messages.columns)
     remote = F.col("origin") == F.lit(REMOTE)
     m = messages.join(F.broadcast(t.hosted), messages["service"] == t.hosted["h_service"], "left").drop(
@@ -573,6 +613,7 @@ def decide(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFrame:
                 & ~F.coalesce(F.col(f"{p}pending"), F.lit(False))
                 & ~F.col("_waiting")
                 & F.col("e_name").isNull()
+                & ~F.col("_behind_first")
             )
             frame = frame.withColumn(f"{p}m4_applicable", applicable)
             first = (
@@ -626,12 +667,10 @@ def decide(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFrame:
         .alias("d_hops_remaining"),
         F.when(F.col("_loop") | remote, F.lit(MSDB)).otherwise(F.col("origin")).alias("d_scope"),
     )
-    # The decisions are materialized once, so that the in-batch order step below reads them
-    # instead of re-deriving (and letting the optimizer inline) every rule expression.
-    return _delay_behind(decided.localCheckpoint(eager=True))
+    return decided
 
 
-def _delay_behind(decided: DataFrame) -> DataFrame:
+def _delay_behind(decided: DataFrame, keep_flag: bool = False) -> DataFrame:
     """D1: once a message of a conversation is delayed, the later ones of the batch wait behind it."""
     first_delay = (
         decided.where((F.col("outcome") == "delayed") & (F.col("origin") != F.lit(REMOTE)))
@@ -653,5 +692,7 @@ def _delay_behind(decided: DataFrame) -> DataFrame:
         "d_hops_remaining": F.lit(None).cast("int"),
         "requests": F.lit(None).cast("string"),
     }
-    out = out.withColumns({c: F.when(behind, v).otherwise(F.col(c)) for c, v in replace.items()})
-    return out.drop("_fd_conv", "_first_delay")
+    out = out.withColumn("_behind", behind)
+    out = out.withColumns({c: F.when(F.col("_behind"), v).otherwise(F.col(c)) for c, v in replace.items()})
+    out = out.drop("_fd_conv", "_first_delay")
+    return out if keep_flag else out.drop("_behind")

@@ -54,6 +54,7 @@ from streaming.spark.engine import (
     batch_context,
     build_snapshot,
     decide,
+    local_frame,
 )
 from streaming.spark.sql_topics import network_topic_sql, queue_topic_sql
 from streaming.tables.topic_io import read_catalogs, read_latest
@@ -163,7 +164,7 @@ class RouteSnapshots:
     def _read_routes(self, ends: dict[int, int]) -> DataFrame:
         """The whole compacted topic up to `ends`: last value per key, tombstones applied."""
         if not any(ends.values()):
-            return self.spark.createDataFrame([], ROUTE_SCHEMA)
+            return local_frame(self.spark, [], ROUTE_SCHEMA)
         raw = (
             self.spark.read.format("kafka")
             .options(**self._kafka_options())
@@ -400,7 +401,7 @@ class RouterJob:
 
     def release_due(self) -> int:
         """Re-route the delayed messages that are due now, outside the query (replay drains)."""
-        empty = self.spark.createDataFrame([], "topic string, partition int, offset long, value binary")
+        empty = local_frame(self.spark, [], "topic string, partition int, offset long, value binary")
         before = self.routed
         self.process_batch(empty, -1)
         return self.routed - before
@@ -437,7 +438,7 @@ class RouterJob:
         for e in due:
             starts[e.partition] = min(starts.get(e.partition, e.offset), e.offset)
             ends[e.partition] = max(ends.get(e.partition, e.offset + 1), e.offset + 1)
-        wanted = self.spark.createDataFrame([(e.partition, e.offset) for e in due], "w_p int, w_o long")
+        wanted = local_frame(self.spark, [(e.partition, e.offset) for e in due], "w_p int, w_o long")
         raw = (
             self.spark.read.format("kafka")
             .options(**kafka_options(self.settings))
