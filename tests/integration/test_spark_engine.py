@@ -159,6 +159,7 @@ FIELDS = (
 
 @settings(
     max_examples=40,
+    derandomize=True,  # the same 40 batches in every run: CI stays reproducible
     deadline=None,
     suppress_health_check=[
         HealthCheck.function_scoped_fixture,
