@@ -55,7 +55,8 @@ def messages(draw: st.DrawFn) -> Message:
 
 @settings(max_examples=400, deadline=None)
 @given(
-    table=st.lists(routes(), max_size=6),
+    # R1: a route's name is unique in its database, as the loaders enforce.
+    table=st.lists(routes(), max_size=6, unique_by=lambda r: (r.scope, r.name)),
     message=messages(),
     forwarding=st.booleans(),
     principal=st.sampled_from([None, "tcp://a:4022", "tcp://m:4022"]),
