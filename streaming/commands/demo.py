@@ -23,6 +23,7 @@ from streaming.commands.kafka import default_state_dir
 from streaming.commands.send import send_records
 from streaming.commands.tail import headers_of
 from streaming.config import load_settings
+from streaming.errors import RouterError
 from streaming.jars import project_root
 from streaming.kafka.admin import end_offsets, topic_names
 from streaming.kafka.avro import new_message_record
@@ -109,10 +110,10 @@ def run(args: argparse.Namespace) -> int:
             checkpoint_dir=str(state / instance),
         )
         job = RouterJob(spark, settings)
-        query = job.start(available_now=True)
-        query.awaitTermination()
-        if query.exception() is not None:
-            print(f"demo: the {instance} router failed: {query.exception()}")
+        try:
+            job.replay()
+        except RouterError as exc:
+            print(f"demo: {exc}")
             return 1
         print(
             f"demo: router {instance} routed {job.routed} records in {job.batches} micro-batch(es)",

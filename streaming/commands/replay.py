@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from streaming.commands.run import add_job_arguments, settings_from
+from streaming.errors import RouterError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,13 +46,10 @@ def replay(args: argparse.Namespace) -> int:
         f"router-replay-{settings.instance}", settings.spark_master, settings.shuffle_partitions
     )
     job = RouterJob(spark, settings)
-    query = job.start(available_now=True)
     try:
-        query.awaitTermination()
-    finally:
-        query.stop()
-    if query.exception() is not None:
-        print(f"router replay: the query failed: {query.exception()}")
+        job.replay()
+    except RouterError as exc:
+        print(f"router replay: {exc}")
         return 1
     print(f"router replay: {job.routed} records routed in {job.batches} batches")
     if args.drain_delayed:

@@ -38,7 +38,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streaming import topics
 from streaming.config import Settings
-from streaming.errors import ConfigError
+from streaming.errors import ConfigError, RouterError
 from streaming.kafka.admin import end_offsets, ensure_topics
 from streaming.kafka.avro import encode_message, new_message_record, schema_json
 from streaming.rules.model import (
@@ -344,6 +344,23 @@ class RouterJob:
         else:
             writer = writer.trigger(processingTime=f"{self.settings.trigger_seconds} seconds")
         return writer.start()
+
+    def replay(self, timeout_s: int | None = None) -> None:
+        """Route what the input topics hold now (Trigger.AvailableNow) and stop the query.
+
+        Raises RouterError when the query failed or did not finish within `timeout_s`.
+        """
+        query = self.start(available_now=True)
+        try:
+            finished = (
+                query.awaitTermination(timeout_s) if timeout_s is not None else query.awaitTermination()
+            )
+        finally:
+            query.stop()
+        if query.exception() is not None:
+            raise RouterError(f"the {self.topology.instance.name} router failed: {query.exception()}")
+        if finished is False:
+            raise RouterError(f"the {self.topology.instance.name} replay did not finish within {timeout_s} s")
 
     # --- one micro-batch ----------------------------------------------------------------------
 

@@ -160,12 +160,7 @@ def test_worked_example_through_kafka(spark, kafka_bootstrap: str, tmp_path: Pat
         checkpoint_dir=str(tmp_path / "ckpt"),
     )
     job = RouterJob(spark, settings)
-    query = job.start(available_now=True)
-    try:
-        query.awaitTermination(300)
-        assert query.exception() is None, query.exception()
-    finally:
-        query.stop()
+    job.replay(timeout_s=300)
     assert job.routed == sum(isinstance(e, MessageEvent) for e in scenario.events)
     decisions = decisions_from_topics(kafka_bootstrap, prefix, scenario.instance.name)
     assert evaluate(scenario, decisions) == []

@@ -104,12 +104,7 @@ def replay(spark, kafka_bootstrap: str, prefix: str, tmp_path: Path, instance: s
         checkpoint_dir=str(tmp_path / instance),
     )
     job = RouterJob(spark, settings)
-    query = job.start(available_now=True)
-    try:
-        query.awaitTermination(300)
-        assert query.exception() is None, query.exception()
-    finally:
-        query.stop()
+    job.replay(timeout_s=300)
     return job
 
 
