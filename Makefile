@@ -4,6 +4,8 @@
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 BIN := .venv/bin
+# Test processes: each has its own broker and Spark driver (Spark's planning is single-threaded).
+TEST_WORKERS ?= 2
 
 .PHONY: help setup demo test test-unit check kafka-start kafka-stop bench clean distclean
 
@@ -17,7 +19,7 @@ demo: setup ## run the demo: broker, routes, messages routed end to end by the S
 	$(BIN)/router demo
 
 test: setup ## run all tests: unit, integration (real Kafka broker, Spark) and e2e
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS)
 
 test-unit: setup ## run the unit tests only (no Kafka, no Spark: seconds)
 	$(BIN)/pytest -q tests/unit

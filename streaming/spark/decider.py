@@ -9,7 +9,15 @@ from __future__ import annotations
 from pyspark.sql import Row, SparkSession
 
 from streaming.rules.batch import BatchResult, RoutingBatch
-from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, Decision, Outcome, Reason
+from streaming.rules.model import (
+    BROKER_CONFIGURATION_SERVICE,
+    Decision,
+    Instance,
+    Outcome,
+    Reason,
+    Route,
+    normalize_address,
+)
 from streaming.spark.engine import (
     MESSAGE_SCHEMA,
     batch_context,
@@ -60,6 +68,7 @@ class SparkDecider:
             route_frame(self.spark, batch.routes),
             mirrors=dict(batch.mirrors),
             has_bcn=any(r.service == BROKER_CONFIGURATION_SERVICE for r in batch.routes),
+            may_loop_back=any(_may_loop_back(r, batch.instance) for r in batch.routes),
         )
         context = batch_context(
             self.spark, batch.now, pending=batch.pending_requests, waiting=batch.waiting_conversations
@@ -68,6 +77,16 @@ class SparkDecider:
         decisions = tuple(_to_decision(r, batch) for r in result)
         requests = tuple((r["d_scope"], r["requests"]) for r in result if r["requests"] is not None)
         return BatchResult(decisions=decisions, requests=requests)
+
+
+def _may_loop_back(route: Route, instance: Instance) -> bool:
+    """S5 can apply: the route is TRANSPORT, or one of its addresses is the instance's own."""
+    own = normalize_address(instance.address)
+    return (
+        route.address.strip().upper() == "TRANSPORT"
+        or normalize_address(route.address) == own
+        or (route.mirror_address is not None and normalize_address(route.mirror_address) == own)
+    )
 
 
 def _to_decision(row: Row, batch: RoutingBatch) -> Decision:

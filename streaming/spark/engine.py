@@ -109,6 +109,8 @@ class Snapshot:
     forwarding: bool
     forward_budget_bytes: int
     has_bcn: bool
+    may_loop_back: bool = True
+    """Whether a route can lead to this instance's own address (S5); when none can, one pass decides."""
     version: str = ""
 
     def unpersist(self) -> None:
@@ -195,13 +197,16 @@ def build_snapshot(
     version: str = "",
     cache: bool = False,
     has_bcn: bool | None = None,
+    may_loop_back: bool | None = None,
 ) -> Snapshot:
     """Group the routes by matching key and attach each route's tier and target.
 
     A mirror route's target is the partner that says it is principal, or null (MI2, MI3); a
     network route's target is its address; LOCAL and TRANSPORT targets are found per message.
     With `cache`, the grouped tables are computed once and kept for every batch of the snapshot.
-    `has_bcn` (whether any route names the dynamic routing service) is looked up unless given.
+    `has_bcn` (whether any route names the dynamic routing service) and `may_loop_back` (whether
+    any route's address is this instance's own, or is TRANSPORT, which takes it from the service
+    name) are looked up unless given.
     """
     principals = [a for a, role in (mirrors or {}).items() if role == MirrorRole.PRINCIPAL]
     principal_set = (
@@ -231,7 +236,7 @@ def build_snapshot(
     named = (
         shaped.where(F.col("service").isNotNull())
         .groupBy("scope", "service")
-        .agg(F.collect_list("r").alias("n_routes"))
+        .agg(_by_identity(F.collect_list("r")).alias("n_routes"))
         .select(F.col("scope").alias("n_scope"), F.col("service").alias("n_service"), "n_routes")
     )
     is_bcn = F.col("service") == F.lit(BROKER_CONFIGURATION_SERVICE)
@@ -239,7 +244,9 @@ def build_snapshot(
     scopes = (
         shaped.groupBy("scope")
         .agg(
-            F.filter(F.collect_list(F.when(wildcard, F.col("r"))), lambda r: r.isNotNull()).alias("s_wild"),
+            _by_identity(
+                F.filter(F.collect_list(F.when(wildcard, F.col("r"))), lambda r: r.isNotNull())
+            ).alias("s_wild"),
             F.filter(
                 F.collect_list(F.when(is_bcn, F.struct(F.col("r")["expires_at"].alias("e")))),
                 lambda r: r.isNotNull(),
@@ -280,6 +287,18 @@ def build_snapshot(
         named, scopes, hosted, databases = (f.persist() for f in (named, scopes, hosted, databases))
         for frame in (named, scopes, hosted, databases):
             frame.count()
+    if has_bcn is None or may_loop_back is None:
+        own = F.lit(normalize_address(instance.address))
+        flags = routes.agg(
+            F.max(is_bcn).alias("bcn"),
+            F.max(
+                (upper == "TRANSPORT")
+                | (_norm(F.col("address")) == own)
+                | (_norm(F.col("mirror_address")) == own)
+            ).alias("loop"),
+        ).first()
+        has_bcn = bool(flags and flags["bcn"]) if has_bcn is None else has_bcn
+        may_loop_back = bool(flags and flags["loop"]) if may_loop_back is None else may_loop_back
     return Snapshot(
         named=named,
         scopes=scopes,
@@ -288,7 +307,8 @@ def build_snapshot(
         instance_address=normalize_address(instance.address),
         forwarding=instance.forwarding,
         forward_budget_bytes=instance.forward_size_mb * 1024 * 1024,
-        has_bcn=routes.where(is_bcn).limit(1).count() > 0 if has_bcn is None else has_bcn,
+        has_bcn=has_bcn,
+        may_loop_back=may_loop_back,
         version=version,
     )
 
@@ -306,6 +326,18 @@ def _identity_key(r: Column) -> Column:
         F.coalesce(r["service"], F.lit("")),
         r["address"],
         F.coalesce(r["name"], F.lit("")),
+    )
+
+
+def _by_identity(routes: Column) -> Column:
+    """Routes in C0 identity order, sorted once per snapshot: the filters of each message keep it."""
+    return F.array_sort(
+        routes,
+        lambda a, b: (
+            F.when(_identity_key(a) < _identity_key(b), -1)
+            .when(_identity_key(a) > _identity_key(b), 1)
+            .otherwise(0)
+        ),
     )
 
 
@@ -438,17 +470,8 @@ def _choose(p: str) -> Stages:
 
     usable = F.col(f"{p}usable")
     return [
-        (
-            f"{p}ordered",
-            F.array_sort(
-                F.coalesce(F.col(f"{p}cands"), F.array()),
-                lambda a, b: (
-                    F.when(_identity_key(a) < _identity_key(b), -1)
-                    .when(_identity_key(a) > _identity_key(b), 1)
-                    .otherwise(0)
-                ),
-            ),
-        ),
+        # The candidate arrays are in identity order already (`_by_identity`), so C0 compares neighbours.
+        (f"{p}ordered", F.coalesce(F.col(f"{p}cands"), F.array())),
         (f"{p}deduped", F.filter(ordered, lambda r, i: (i == 0) | ~same_identity(F.get(ordered, i - 1), r))),
         (
             f"{p}usable",
@@ -638,10 +661,15 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
     loops_back = (
         ~remote & (F.col("a_outcome") == "send") & (_norm(F.col("a_address")) == F.lit(t.instance_address))
     )
-    m = m.withColumn("_loop", loops_back)
-    m = _routing_pass(m, t, ctx, "b_", F.lit(MSDB), F.lit(True), m4_first("b_"))
+    if t.may_loop_back:
+        m = m.withColumn("_loop", loops_back)
+        m = _routing_pass(m, t, ctx, "b_", F.lit(MSDB), F.lit(True), m4_first("b_"))
+    else:
+        m = m.withColumn("_loop", F.lit(False))
 
     def pick(name: str) -> Column:
+        if not t.may_loop_back:
+            return F.col(f"a_{name}")
         return F.when(F.col("_loop"), F.col(f"b_{name}")).otherwise(F.col(f"a_{name}"))
 
     s4_hit = F.col("e_name").isNotNull()

@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from confluent_kafka import Producer
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 from pyspark.sql.streaming import StreamingQuery
@@ -56,7 +56,6 @@ from streaming.spark.engine import (
     decide,
     local_frame,
 )
-from streaming.spark.sql_topics import network_topic_sql, queue_topic_sql
 from streaming.tables.topic_io import read_catalogs, read_latest
 
 log = logging.getLogger("streaming.job")
@@ -556,7 +555,12 @@ class RouterJob:
         )
 
     def _route(self, decoded: DataFrame, snapshot: Snapshot, now: datetime) -> int:
-        """Decide, write every record to its destination, send MissingRoute requests; return the count."""
+        """Decide, write every record to its destination, send MissingRoute requests; return the count.
+
+        The destination topic is a function of few values (the database and service of a delivery,
+        the address of a send), so the distinct destinations of the batch are gathered first, named
+        on the driver with `streaming.topics`, and joined back to the rows by broadcast.
+        """
         good = decoded.where(F.col("error").isNull())
         bad = decoded.where(F.col("error").isNotNull())
         context = batch_context(
@@ -565,50 +569,48 @@ class RouterJob:
             pending=frozenset(self.ledger.pending_requests),
             waiting=self.ledger.waiting_conversations(),
         )
-        decided = decide(good, snapshot, context)
-        out = self._output_rows(decided, snapshot, now).unionByName(self._deadletter_rows(bad, now))
-        out = out.persist()
-        try:
-            destinations = [r["topic"] for r in out.select("topic").distinct().collect()]
-            new = [d for d in destinations if d not in self.known_topics]
-            if new:
-                ensure_topics(self.settings.bootstrap, new)
-                self.known_topics.update(new)
-            out.write.format("kafka").options(**kafka_options(self.settings)).save()
-            count = out.count()
-            requests: list[tuple[str, str]] = []
-            if snapshot.has_bcn:  # M4 needs a route to the dynamic routing service
-                asked = decided.where(F.col("requests").isNotNull()).select("d_scope", "requests")
-                requests = [(r["d_scope"], r["requests"]) for r in asked.collect()]
-        finally:
-            out.unpersist()
+        decided = decide(good, snapshot, context).withColumns(_destination_columns())
+        groups = decided.groupBy(*_DEST_KEYS).count().collect()
+        bad_count = bad.count()
+        destinations = [(r["_kind"], r["_db"], r["_svc"], r["_addr"], self._topic_for(r)) for r in groups]
+        names = {d[-1] for d in destinations} | ({self.topology.deadletter} if bad_count else set())
+        new = sorted(names - self.known_topics)
+        if new:
+            ensure_topics(self.settings.bootstrap, new)
+            self.known_topics.update(new)
+        schema = "_kind string, _db string, _svc string, _addr string, _dest_topic string"
+        table = local_frame(self.spark, destinations, schema)
+        out = self._output_rows(decided, table, snapshot, now)
+        if bad_count:
+            out = out.unionByName(self._deadletter_rows(bad, now))
+        out.write.format("kafka").options(**kafka_options(self.settings)).save()
+        requests: list[tuple[str, str]] = []
+        if snapshot.has_bcn:  # M4 needs a route to the dynamic routing service
+            asked = decided.where(F.col("requests").isNotNull()).select("d_scope", "requests")
+            requests = [(r["d_scope"], r["requests"]) for r in asked.collect()]
         self._send_requests(requests)
-        return count
+        return sum(r["count"] for r in groups) + bad_count
 
-    def _output_rows(self, decided: DataFrame, snapshot: Snapshot, now: datetime) -> DataFrame:
+    def _topic_for(self, destination: Row) -> str:
+        """The topic of one distinct destination (see `_destination_columns`)."""
         t = self.topology
-        address = F.col("d_address")
-        addr_norm = F.lower(F.regexp_replace(F.trim(address), "/+$", ""))
-        inbound_map = (
-            F.create_map(
-                *[x for a, topic in sorted(t.inbound_by_address.items()) for x in (F.lit(a), F.lit(topic))]
-            )
-            if t.inbound_by_address
-            else F.create_map().cast("map<string,string>")
-        )
-        instance_escaped = topics.escape(t.instance.name)
+        kind = destination["_kind"]
+        if kind == "queue":
+            return topics.queue_topic(t.instance.name, destination["_db"], destination["_svc"], t.prefix)
+        if kind == "address":
+            address = destination["_addr"]
+            return t.inbound_by_address.get(address) or topics.network_topic(address, t.prefix)
+        return t.delayed if kind == "delayed" else t.dropped
+
+    def _output_rows(
+        self, decided: DataFrame, table: DataFrame, snapshot: Snapshot, now: datetime
+    ) -> DataFrame:
+        t = self.topology
         outcome = F.col("outcome")
-        topic = (
-            F.when(
-                outcome == "deliver",
-                queue_topic_sql(t.prefix, instance_escaped, F.col("d_database"), F.col("service")),
-            )
-            .when(
-                outcome.isin("send", "forward"),
-                F.coalesce(F.element_at(inbound_map, addr_norm), network_topic_sql(t.prefix, addr_norm)),
-            )
-            .when(outcome == "delayed", F.lit(t.delayed))
-            .otherwise(F.lit(t.dropped))
+        keyed = decided.join(
+            F.broadcast(table.withColumnsRenamed({k: f"t{k}" for k in _DEST_KEYS})),
+            [decided[k].eqNullSafe(F.col(f"t{k}")) for k in _DEST_KEYS],
+            "left",
         )
         rec = F.col("rec")
         rec = rec.withField(
@@ -616,7 +618,7 @@ class RouterJob:
             F.when(outcome == "forward", F.col("d_hops_remaining")).otherwise(rec["hops_remaining"]),
         ).withField(
             "attempt",
-            F.when(F.col("_source") == SOURCE_DELAYED, rec["attempt"] + 1).otherwise(rec["attempt"]),
+            F.when(F.col("topic") == t.delayed, rec["attempt"] + 1).otherwise(rec["attempt"]),
         )
         decided_at = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         due_at = datetime.fromtimestamp(now.timestamp() + self.topology.instance.retry_s, timezone.utc)
@@ -628,7 +630,7 @@ class RouterJob:
                 ("choice_step", F.col("choice_step")),
                 ("reason", F.col("reason")),
                 ("database", F.col("d_database")),
-                ("address", address),
+                ("address", F.col("d_address")),
                 ("scope", F.col("d_scope")),
                 ("requests", F.col("requests")),
                 ("snapshot_version", F.lit(snapshot.version)),
@@ -637,10 +639,11 @@ class RouterJob:
                 ("due_at", F.when(outcome == "delayed", F.lit(due_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")))),
             ]
         )
-        return decided.withColumn("_source", F.when(F.col("topic") == t.delayed, SOURCE_DELAYED)).select(
+        # Every row has a destination: the table holds each (kind, db, svc, addr) the batch has.
+        return keyed.select(
             F.col("conversation_id").cast("binary").alias("key"),
             to_avro(rec, self._message_schema).alias("value"),
-            topic.alias("topic"),
+            F.col("_dest_topic").alias("topic"),
             headers.alias("headers"),
         )
 
@@ -687,6 +690,28 @@ class RouterJob:
             producer.produce(self.topology.outbound, key=conversation.encode(), value=encode_message(record))
             self.ledger.pending_requests.add((scope, service))
         producer.flush(30)
+
+
+_DEST_KEYS = ("_kind", "_db", "_svc", "_addr")
+
+
+def _destination_columns() -> dict[str, Column]:
+    """What a decided row's destination topic depends on.
+
+    The kind, and its database and service (deliver) or its normalized address (send, forward).
+    """
+    outcome = F.col("outcome")
+    deliver = outcome == "deliver"
+    sends = outcome.isin("send", "forward")
+    return {
+        "_kind": F.when(deliver, F.lit("queue"))
+        .when(sends, F.lit("address"))
+        .when(outcome == "delayed", F.lit("delayed"))
+        .otherwise(F.lit("dropped")),
+        "_db": F.when(deliver, F.col("d_database")),
+        "_svc": F.when(deliver, F.col("service")),
+        "_addr": F.when(sends, F.lower(F.regexp_replace(F.trim(F.col("d_address")), "/+$", ""))),
+    }
 
 
 def _xml_escape(text: str) -> str:

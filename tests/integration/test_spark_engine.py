@@ -177,29 +177,3 @@ def test_the_engines_decide_alike(batch: RoutingBatch, spark_decider: SparkDecid
     differences = [(w, g) for w, g in zip(want_rows, got_rows, strict=True) if w != g]
     assert not differences, f"reference vs spark, first of {len(differences)}: {differences[0]}"
     assert expected.requests == got.requests
-
-
-NAMES = [
-    "OrderParts",
-    "tcp://h:4022/x",
-    "a.b_c-d",
-    "",
-    "ünïcödé",
-    "SQL/ServiceBroker/BrokerConfiguration",
-    "x" * 80,
-    "-net",
-    "_",
-    ".",
-]
-
-
-@given(st.lists(st.text(max_size=90), min_size=1, max_size=30))
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_topic_names_in_sql_equal_the_python_scheme(spark, names: list[str]) -> None:  # type: ignore[no-untyped-def]
-    from streaming.spark.sql_topics import escape_sql
-    from streaming.topics import escape
-
-    names = [n for n in [*NAMES, *names] if "\x00" not in n]
-    frame = spark.createDataFrame([(n,) for n in names], "n string")
-    got = [r["e"] for r in frame.select(escape_sql(frame["n"]).alias("e")).collect()]
-    assert got == [escape(n) for n in names]

@@ -23,7 +23,8 @@ from streaming.tables.topic_io import publish_catalogs, put_route
 
 pytestmark = pytest.mark.integration
 
-AW = Database("AW", "0a0a0a0a-0000-0000-0000-000000000001", True, ("InitiatorService", "Audit"))
+ODD = "//Audit/ünï code.v2_x"  # a service name that every part of the topic scheme escapes
+AW = Database("AW", "0a0a0a0a-0000-0000-0000-000000000001", True, ("InitiatorService", "Audit", ODD))
 MSDB = Database("msdb", "0d0d0d0d-0000-0000-0000-000000000001", True, ())
 I1 = Instance("i1", "TCP://i1:4022", (AW, MSDB), retry_s=1.0)
 I2 = Instance(
@@ -90,6 +91,7 @@ def prefix(kafka_bootstrap: str) -> str:
         Route("AW", "AutoCreatedLocal", "LOCAL"),
         Route("AW", "OrderPartsRoute", "TCP://i2:4022", service="OrderParts"),
         Route("msdb", "AutoCreatedLocal", "LOCAL"),
+        Route("AW", "FarRoute", "TCP://Far.Example:4022/", service="FarService"),
     ):
         put_route(kafka_bootstrap, route, topics.routes_topic(name))
     return name
@@ -118,13 +120,15 @@ def test_routes_each_message_to_its_destination_with_decision_headers(
             ("c1", message("c1", "OrderParts")),
             ("c2", message("c2", "Audit")),
             ("c3", message("c3", "Nowhere")),
+            ("c5", message("c5", ODD)),
+            ("c6", message("c6", "FarService")),
         ],
     )
     produce(
         kafka_bootstrap, topics.inbound_topic("i1", prefix), [("c4", message("c4", "Nowhere", origin="AW"))]
     )
     job = replay(spark, kafka_bootstrap, prefix, tmp_path)
-    assert job.routed == 4
+    assert job.routed == 6
 
     sent = read_all(kafka_bootstrap, topics.inbound_topic("i2", prefix))
     assert [h["outcome"] for h, _ in sent] == ["send"]
@@ -136,6 +140,12 @@ def test_routes_each_message_to_its_destination_with_decision_headers(
     assert [(h["outcome"], h["database"], h["route"]) for h, _ in delivered] == [
         ("deliver", "AW", "AutoCreatedLocal")
     ]
+
+    # Topic names come from streaming.topics: escaped service names, normalized addresses.
+    odd = read_all(kafka_bootstrap, topics.queue_topic("i1", "AW", ODD, prefix))
+    assert [decode_message(v)["to_service"] for _, v in odd] == [ODD]
+    far = read_all(kafka_bootstrap, topics.network_topic("tcp://far.example:4022", prefix))
+    assert [(h["outcome"], h["address"]) for h, _ in far] == [("send", "TCP://Far.Example:4022/")]
 
     delayed = read_all(kafka_bootstrap, topics.delayed_topic("i1", prefix))
     assert [(h["outcome"], h["reason"]) for h, _ in delayed] == [("delayed", "service_not_found")]
