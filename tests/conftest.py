@@ -1,5 +1,6 @@
 """Shared fixtures. Tiers (see pyproject's markers): tests/unit need no services; tests/integration
-share ONE broker (and later one Spark session) for the whole pytest session; tests/e2e run the CLI.
+share ONE broker and one Spark session per pytest process (`make test` runs two, with
+pytest-xdist); tests/e2e run the CLI.
 
 Where the integration broker comes from, by environment:
 

@@ -552,10 +552,20 @@ def _fate(p: str, remote: Column, t: Snapshot) -> Stages:
 
 
 def _apply(m: DataFrame, stages: Stages) -> DataFrame:
-    """Add each stage as its own column, in order, so later stages refer to it by name."""
+    """Add each stage as a column, in order, so later stages refer to it by name.
+
+    Consecutive stages that do not refer to each other share one projection: every DataFrame
+    step is analyzed when it is made, so fewer, wider steps plan faster. A stage's references
+    are read from its expression's text, where a false match only costs an extra step.
+    """
+    group: dict[str, Column] = {}
     for name, expr in stages:
-        m = m.withColumn(name, expr)
-    return m
+        text = str(expr)
+        if name in group or any(earlier in text for earlier in group):
+            m = m.withColumns(group)
+            group = {}
+        group[name] = expr
+    return m.withColumns(group) if group else m
 
 
 def _routing_pass(
@@ -646,7 +656,7 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
                 .withColumnsRenamed({f"{p}scope": f"{p}fs", "service": f"{p}fsv"})
             )
             frame = frame.join(
-                first,
+                F.broadcast(first),
                 (frame[f"{p}scope"] == first[f"{p}fs"]) & (frame["service"] == first[f"{p}fsv"]),
                 "left",
             )
@@ -706,7 +716,10 @@ def _delay_behind(decided: DataFrame, keep_flag: bool = False) -> DataFrame:
         .agg(F.min("pos").alias("_first_delay"))
         .withColumnRenamed("conversation_id", "_fd_conv")
     )
-    out = decided.join(first_delay, decided["conversation_id"] == first_delay["_fd_conv"], "left")
+    # Broadcast: one row per conversation delayed in this batch, joined without shuffling the batch.
+    out = decided.join(
+        F.broadcast(first_delay), decided["conversation_id"] == first_delay["_fd_conv"], "left"
+    )
     local = F.col("origin") != F.lit(REMOTE)
     behind = local & F.coalesce(F.col("pos") > F.col("_first_delay"), F.lit(False))
     replace = {

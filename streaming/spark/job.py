@@ -152,7 +152,12 @@ class RouteSnapshots:
         mirrors = self._read_mirrors()
         version = f"routes@{_version(routes_end)}"
         snapshot = build_snapshot(
-            self.spark, self.topology.instance, routes, mirrors=mirrors, version=version, cache=True
+            self.spark,
+            self.topology.instance,
+            routes,
+            mirrors=mirrors,
+            version=version,
+            cache=True,
         )
         if self.current is not None:
             self.current.unpersist()
@@ -377,11 +382,14 @@ class RouterJob:
         records = batch.where(F.col("topic").isNotNull())
         if due:
             records = self._due_records(due).unionByName(records)
-        decoded = self._decode(records).persist()
-        try:
-            count = self._route(decoded, snapshot, now)
-        finally:
-            decoded.unpersist()
+        decoded = self._decode(records)
+        if due:
+            # Due records come from another topic than the new ones: put each conversation's
+            # records in one partition, in batch order, so that one task writes them in order.
+            decoded = decoded.repartition("conversation_id").sortWithinPartitions("pos")
+        # Decoded once: the rules, the dead-letter branch and the count read the stored rows.
+        decoded = decoded.localCheckpoint(eager=True)
+        count = self._route(decoded, snapshot, now)
         # Index what this batch delayed, so the saved state names every waiting conversation.
         self._scan_delayed()
         self.ledger.save()
