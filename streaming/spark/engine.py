@@ -184,7 +184,7 @@ def local_frame(spark: SparkSession, rows: Sequence[Sequence[object]], schema: S
     return spark.range(1).select(F.inline(F.array(*values)))
 
 
-def _norm(col: Column) -> Column:
+def normalize_address_sql(col: Column) -> Column:
     """normalize_address in SQL: lowercase, no trailing `/` (R4)."""
     return F.lower(F.regexp_replace(F.trim(col), "/+$", ""))
 
@@ -219,8 +219,11 @@ def build_snapshot(
         .when(F.col("mirror_address").isNotNull(), TIER_MIRROR)
         .otherwise(TIER_NETWORK)
     )
-    mirror_target = F.when(F.array_contains(principal_set, _norm(F.col("address"))), F.col("address")).when(
-        F.array_contains(principal_set, _norm(F.col("mirror_address"))), F.col("mirror_address")
+    mirror_target = F.when(
+        F.array_contains(principal_set, normalize_address_sql(F.col("address"))), F.col("address")
+    ).when(
+        F.array_contains(principal_set, normalize_address_sql(F.col("mirror_address"))),
+        F.col("mirror_address"),
     )
     target = F.when(tier == TIER_MIRROR, mirror_target).when(tier == TIER_NETWORK, F.col("address"))
     route_struct = F.struct(
@@ -293,8 +296,8 @@ def build_snapshot(
             F.max(is_bcn).alias("bcn"),
             F.max(
                 (upper == "TRANSPORT")
-                | (_norm(F.col("address")) == own)
-                | (_norm(F.col("mirror_address")) == own)
+                | (normalize_address_sql(F.col("address")) == own)
+                | (normalize_address_sql(F.col("mirror_address")) == own)
             ).alias("loop"),
         ).first()
         has_bcn = bool(flags and flags["bcn"]) if has_bcn is None else has_bcn
@@ -669,7 +672,9 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
     local_scope = F.when(remote, F.lit(MSDB)).otherwise(F.col("origin"))
     m = _routing_pass(m, t, ctx, "a_", local_scope, remote, m4_first("a_"))
     loops_back = (
-        ~remote & (F.col("a_outcome") == "send") & (_norm(F.col("a_address")) == F.lit(t.instance_address))
+        ~remote
+        & (F.col("a_outcome") == "send")
+        & (normalize_address_sql(F.col("a_address")) == F.lit(t.instance_address))
     )
     if t.may_loop_back:
         m = m.withColumn("_loop", loops_back)

@@ -55,6 +55,7 @@ from streaming.spark.engine import (
     build_snapshot,
     decide,
     local_frame,
+    normalize_address_sql,
 )
 from streaming.tables.topic_io import read_catalogs, read_latest
 
@@ -718,7 +719,7 @@ def _destination_columns() -> dict[str, Column]:
         .otherwise(F.lit("dropped")),
         "_db": F.when(deliver, F.col("d_database")),
         "_svc": F.when(deliver, F.col("service")),
-        "_addr": F.when(sends, F.lower(F.regexp_replace(F.trim(F.col("d_address")), "/+$", ""))),
+        "_addr": F.when(sends, normalize_address_sql(F.col("d_address"))),
     }
 
 
