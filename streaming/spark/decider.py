@@ -6,6 +6,8 @@ streaming job calls `streaming.spark.engine.decide` on its micro-batches directl
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import Row, SparkSession
 
 from streaming.rules.batch import BatchResult, RoutingBatch
@@ -43,40 +45,86 @@ class SparkDecider:
 
     def decide(self, batch: RoutingBatch) -> BatchResult:
         """Decide every message of `batch` in one Spark job."""
-        rows = [
-            (
-                pos,
-                m.id,
-                m.conversation_id,
-                m.service,
-                m.origin,
-                m.broker_instance,
-                m.from_target,
-                m.message_type,
-                m.hops_remaining,
-                m.time_to_live_s,
-                m.size_bytes,
+        return self.decide_many([batch])[0]
+
+    def decide_many(self, batches: Sequence[RoutingBatch]) -> list[BatchResult]:
+        """Decide several independent batches, each with its own instance and routes, side by side.
+
+        The batches become one Spark plan per distinct clock: each batch is an instance of the
+        snapshot (keyed by its index), so no route, catalog, request or conversation of one batch
+        is seen by another. The result is in the order of `batches`.
+        """
+        results: list[BatchResult | None] = [None] * len(batches)
+        by_clock: dict[object, list[int]] = {}
+        for index, batch in enumerate(batches):
+            by_clock.setdefault(batch.now, []).append(index)
+        for indexes in by_clock.values():
+            together = self._decide_together([batches[i] for i in indexes])
+            for index, result in zip(indexes, together, strict=True):
+                results[index] = result
+        return [r if r is not None else BatchResult(decisions=()) for r in results]
+
+    def _decide_together(self, batches: Sequence[RoutingBatch]) -> list[BatchResult]:
+        keys = [str(k) for k in range(len(batches))]
+        rows: list[tuple[object, ...]] = []
+        for key, batch in zip(keys, batches, strict=True):
+            first = len(rows)  # positions run on across the batches: `pos` is unique in the plan
+            rows.extend(
+                (
+                    first + pos,
+                    key,
+                    m.id,
+                    m.conversation_id,
+                    m.service,
+                    m.origin,
+                    m.broker_instance,
+                    m.from_target,
+                    m.message_type,
+                    m.hops_remaining,
+                    m.time_to_live_s,
+                    m.size_bytes,
+                )
+                for pos, m in enumerate(batch.messages)
             )
-            for pos, m in enumerate(batch.messages)
-        ]
         if not rows:
-            return BatchResult(decisions=())
+            return [BatchResult(decisions=()) for _ in batches]
         messages = local_frame(self.spark, rows, MESSAGE_SCHEMA)
+        routes = [(key, route) for key, batch in zip(keys, batches, strict=True) for route in batch.routes]
         snapshot = build_snapshot(
             self.spark,
-            batch.instance,
-            route_frame(self.spark, batch.routes),
-            mirrors=dict(batch.mirrors),
-            has_bcn=any(r.service == BROKER_CONFIGURATION_SERVICE for r in batch.routes),
-            may_loop_back=any(_may_loop_back(r, batch.instance) for r in batch.routes),
+            {key: batch.instance for key, batch in zip(keys, batches, strict=True)},
+            route_frame(self.spark, routes),
+            mirrors={key: dict(batch.mirrors) for key, batch in zip(keys, batches, strict=True)},
+            has_bcn=any(r.service == BROKER_CONFIGURATION_SERVICE for _, r in routes),
+            may_loop_back=any(_may_loop_back(r, batches[int(key)].instance) for key, r in routes),
         )
         context = batch_context(
-            self.spark, batch.now, pending=batch.pending_requests, waiting=batch.waiting_conversations
+            self.spark,
+            batches[0].now,
+            pending=frozenset(
+                (key, scope, service)
+                for key, batch in zip(keys, batches, strict=True)
+                for scope, service in batch.pending_requests
+            ),
+            waiting=frozenset(
+                (key, conversation)
+                for key, batch in zip(keys, batches, strict=True)
+                for conversation in batch.waiting_conversations
+            ),
         )
         result = decide(messages, snapshot, context).orderBy("pos").collect()
-        decisions = tuple(_to_decision(r, batch) for r in result)
-        requests = tuple((r["d_scope"], r["requests"]) for r in result if r["requests"] is not None)
-        return BatchResult(decisions=decisions, requests=requests)
+        by_key: dict[str, list[Row]] = {key: [] for key in keys}
+        for row in result:
+            by_key[row["instance"]].append(row)
+        return [
+            BatchResult(
+                decisions=tuple(_to_decision(r, batch) for r in by_key[key]),
+                requests=tuple(
+                    (r["d_scope"], r["requests"]) for r in by_key[key] if r["requests"] is not None
+                ),
+            )
+            for key, batch in zip(keys, batches, strict=True)
+        ]
 
 
 def _may_loop_back(route: Route, instance: Instance) -> bool:

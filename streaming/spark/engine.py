@@ -2,7 +2,10 @@
 
 The route snapshot is grouped on the driver side into small broadcast tables keyed by what a
 message matches on: (scope, service) for routes naming a service, scope for wildcard routes,
-service for the databases hosting it, broker instance for S4. Each message then makes a few
+service for the databases hosting it, broker instance for S4. Every key starts with the instance:
+one snapshot can hold several instances' routes and catalogs, and a message's `instance` column
+says whose it is routed by (the job holds one; the agreement tests decide hundreds of generated
+instances in one plan). Each message then makes a few
 broadcast hash lookups and every rule step is a SQL expression over the arrays it found
 (`filter`, `transform`, `array_sort`): a narrow, shuffle-free plan with no Python on the hot path.
 Only the in-batch order rules (D1 delayed-behind, B4 first request) aggregate, and only over the
@@ -19,8 +22,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BooleanType,
     DoubleType,
@@ -46,6 +51,7 @@ MSDB = "msdb"
 MESSAGE_SCHEMA = StructType(
     [
         StructField("pos", LongType(), False),
+        StructField("instance", StringType(), False),
         StructField("id", StringType(), False),
         StructField("conversation_id", StringType(), False),
         StructField("service", StringType(), False),
@@ -62,6 +68,7 @@ MESSAGE_COLUMNS = tuple(f.name for f in MESSAGE_SCHEMA.fields)
 
 ROUTE_SCHEMA = StructType(
     [
+        StructField("instance", StringType(), False),
         StructField("scope", StringType(), False),
         StructField("name", StringType(), False),
         StructField("service", StringType(), True),
@@ -85,6 +92,9 @@ DECISION_COLUMNS = (
     "d_scope",
 )
 
+LITERAL_ROWS = 16
+"""local_frame writes up to this many rows into the plan as literals; more go over as Arrow."""
+
 TIER_MIRROR, TIER_LOCAL, TIER_NETWORK, TIER_TRANSPORT = 1, 2, 3, 4
 # T1/T4: `tcp://host:port` at the start of the service name, ending at `/` or at the end.
 _TRANSPORT_PREFIX = r"^((?i)tcp://[^/:\s]+:[0-9]+)(/|$)"
@@ -94,28 +104,30 @@ _TRANSPORT_PREFIX = r"^((?i)tcp://[^/:\s]+:[0-9]+)(/|$)"
 class Snapshot:
     """The broadcast side, built once per route snapshot: routes grouped by matching key, the catalog.
 
+    Every table is keyed by instance first: one snapshot can hold the routes and catalogs of several
+    instances, and each message is decided against those of the instance its `instance` column
+    names. The streaming job holds one instance; the engine-agreement tests decide many at once.
     Nothing here depends on the clock: each route keeps its expiry and R6 is applied per batch.
     """
 
     named: DataFrame
-    """n_scope, n_service, n_routes: array of route structs naming that service (M1–M3)."""
+    """n_instance, n_scope, n_service, n_routes: array of route structs naming that service (M1–M3)."""
     scopes: DataFrame
-    """s_scope, s_wild (routes with neither service nor broker instance, M5), s_bcn (expiries, M4)."""
+    """s_instance, s_scope, s_wild (routes with neither service nor broker instance, M5), s_bcn (M4)."""
     hosted: DataFrame
-    """h_service, h_dbs (array of {name, bid} of broker-enabled hosts, catalog order), h_any."""
+    """h_instance, h_service, h_dbs (array of {name, bid} of broker-enabled hosts, catalog order), h_any."""
     databases: DataFrame
-    """e_bid, e_name: broker-enabled databases by broker instance (S4)."""
-    instance_address: str
-    forwarding: bool
-    forward_budget_bytes: int
+    """e_instance, e_bid, e_name: broker-enabled databases by broker instance (S4)."""
+    instances: DataFrame
+    """i_instance, i_address (normalized, S5), i_forwarding (F1), i_budget (forward buffer bytes, F5)."""
     has_bcn: bool
     may_loop_back: bool = True
-    """Whether a route can lead to this instance's own address (S5); when none can, one pass decides."""
+    """Whether a route can lead to its instance's own address (S5); when none can, one pass decides."""
     version: str = ""
 
     def unpersist(self) -> None:
         """Release the cached tables of a snapshot that has been replaced."""
-        for frame in (self.named, self.scopes, self.hosted, self.databases):
+        for frame in (self.named, self.scopes, self.hosted, self.databases, self.instances):
             frame.unpersist()
 
 
@@ -125,9 +137,9 @@ class BatchContext:
 
     now: datetime
     pending: DataFrame
-    """p_scope, p_service: MissingRoute requests outstanding (B4)."""
+    """p_instance, p_scope, p_service: MissingRoute requests outstanding (B4)."""
     waiting: DataFrame
-    """w_conversation_id: conversations with a delayed message waiting (D1)."""
+    """w_instance, w_conversation_id: conversations with a delayed message waiting (D1)."""
     has_pending: bool
     has_waiting: bool
 
@@ -135,23 +147,27 @@ class BatchContext:
 def batch_context(
     spark: SparkSession,
     now: datetime,
-    pending: frozenset[tuple[str, str]] = frozenset(),
-    waiting: frozenset[str] = frozenset(),
+    pending: frozenset[tuple[str, str, str]] = frozenset(),
+    waiting: frozenset[tuple[str, str]] = frozenset(),
 ) -> BatchContext:
-    """Return the per-batch inputs as small DataFrames."""
+    """Return the per-batch inputs as small DataFrames.
+
+    `pending` holds (instance, scope, service) and `waiting` (instance, conversation id).
+    """
     return BatchContext(
         now=now,
-        pending=local_frame(spark, sorted(pending), "p_scope string, p_service string"),
-        waiting=local_frame(spark, [(c,) for c in sorted(waiting)], "w_conversation_id string"),
+        pending=local_frame(spark, sorted(pending), "p_instance string, p_scope string, p_service string"),
+        waiting=local_frame(spark, sorted(waiting), "w_instance string, w_conversation_id string"),
         has_pending=bool(pending),
         has_waiting=bool(waiting),
     )
 
 
-def route_frame(spark: SparkSession, routes: tuple[Route, ...] | list[Route]) -> DataFrame:
-    """Return route model objects as a ROUTE_SCHEMA DataFrame."""
+def route_frame(spark: SparkSession, routes: Sequence[tuple[str, Route]]) -> DataFrame:
+    """Return (instance key, route model object) pairs as a ROUTE_SCHEMA DataFrame."""
     rows = [
         (
+            instance,
             r.scope,
             r.name,
             r.service,
@@ -160,16 +176,18 @@ def route_frame(spark: SparkSession, routes: tuple[Route, ...] | list[Route]) ->
             r.mirror_address,
             r.expires_at.replace(tzinfo=None) if r.expires_at else None,
         )
-        for r in routes
+        for instance, r in routes
     ]
     return local_frame(spark, rows, ROUTE_SCHEMA)
 
 
 def local_frame(spark: SparkSession, rows: Sequence[Sequence[object]], schema: StructType | str) -> DataFrame:
-    """A small driver-side table as a literal plan, evaluated by the JVM alone.
+    """A driver-side table that the JVM evaluates alone.
 
-    `spark.createDataFrame` on a Python list goes through Python workers on every use; the
-    catalog, the driver-held sets and the scenario batches are small enough to be literals.
+    `spark.createDataFrame` on a Python list goes through Python workers on every use. Up to
+    LITERAL_ROWS rows (the catalog, the driver-held sets, a scenario's batch) are written into
+    the plan as literals; more would make every step of the plan slow to analyze, so they are
+    handed over once as an Arrow table.
     """
     parsed = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
     if not isinstance(parsed, StructType):
@@ -177,6 +195,13 @@ def local_frame(spark: SparkSession, rows: Sequence[Sequence[object]], schema: S
     struct = parsed
     if not rows:
         return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in struct.fields])
+    if len(rows) > LITERAL_ROWS:
+        # Many rows: an Arrow table, which the JVM holds and reads without a Python worker.
+        arrow_schema = to_arrow_schema(struct)
+        columns = [list(c) for c in zip(*rows, strict=True)]
+        arrays = [pa.array(c, type=f.type) for c, f in zip(columns, arrow_schema, strict=True)]
+        table = pa.Table.from_arrays(arrays, schema=arrow_schema)
+        return spark.createDataFrame(table)
     values = [
         F.struct(*[F.lit(v).cast(f.dataType).alias(f.name) for v, f in zip(row, struct.fields, strict=True)])
         for row in rows
@@ -191,9 +216,9 @@ def normalize_address_sql(col: Column) -> Column:
 
 def build_snapshot(
     spark: SparkSession,
-    instance: Instance,
+    instances: Mapping[str, Instance],
     routes: DataFrame,
-    mirrors: Mapping[str, MirrorRole] | None = None,
+    mirrors: Mapping[str, Mapping[str, MirrorRole]] | None = None,
     version: str = "",
     cache: bool = False,
     has_bcn: bool | None = None,
@@ -201,17 +226,28 @@ def build_snapshot(
 ) -> Snapshot:
     """Group the routes by matching key and attach each route's tier and target.
 
+    `instances` maps the key a message's and a route's `instance` column holds to that instance's
+    catalog; `mirrors` maps the same key to the instance's mirror status table (MI4).
     A mirror route's target is the partner that says it is principal, or null (MI2, MI3); a
     network route's target is its address; LOCAL and TRANSPORT targets are found per message.
     With `cache`, the grouped tables are computed once and kept for every batch of the snapshot.
     `has_bcn` (whether any route names the dynamic routing service) and `may_loop_back` (whether
-    any route's address is this instance's own, or is TRANSPORT, which takes it from the service
+    any route's address is its instance's own, or is TRANSPORT, which takes it from the service
     name) are looked up unless given.
     """
-    principals = [a for a, role in (mirrors or {}).items() if role == MirrorRole.PRINCIPAL]
-    principal_set = (
-        F.array(*[F.lit(a) for a in principals]) if principals else F.array().cast("array<string>")
+    principal_rows = [
+        (key, address)
+        for key, roles in (mirrors or {}).items()
+        for address, role in roles.items()
+        if role == MirrorRole.PRINCIPAL
+    ]
+    principals = (
+        local_frame(spark, principal_rows, "pi_instance string, address string")
+        .groupBy("pi_instance")
+        .agg(F.collect_set("address").alias("pi_set"))
     )
+    routes = routes.join(F.broadcast(principals), routes["instance"] == principals["pi_instance"], "left")
+    principal_set = F.coalesce(F.col("pi_set"), F.array().cast("array<string>"))
     upper = F.upper(F.trim(F.col("address")))
     tier = (
         F.when(upper == "LOCAL", TIER_LOCAL)
@@ -235,17 +271,22 @@ def build_snapshot(
         target.alias("target"),
         F.col("expires_at").alias("expires_at"),
     )
-    shaped = routes.select("scope", "service", "broker_instance", route_struct.alias("r"))
+    shaped = routes.select("instance", "scope", "service", "broker_instance", route_struct.alias("r"))
     named = (
         shaped.where(F.col("service").isNotNull())
-        .groupBy("scope", "service")
+        .groupBy("instance", "scope", "service")
         .agg(_by_identity(F.collect_list("r")).alias("n_routes"))
-        .select(F.col("scope").alias("n_scope"), F.col("service").alias("n_service"), "n_routes")
+        .select(
+            F.col("instance").alias("n_instance"),
+            F.col("scope").alias("n_scope"),
+            F.col("service").alias("n_service"),
+            "n_routes",
+        )
     )
     is_bcn = F.col("service") == F.lit(BROKER_CONFIGURATION_SERVICE)
     wildcard = F.col("service").isNull() & F.col("broker_instance").isNull()
     scopes = (
-        shaped.groupBy("scope")
+        shaped.groupBy("instance", "scope")
         .agg(
             _by_identity(
                 F.filter(F.collect_list(F.when(wildcard, F.col("r"))), lambda r: r.isNotNull())
@@ -255,18 +296,21 @@ def build_snapshot(
                 lambda r: r.isNotNull(),
             ).alias("s_bcn"),
         )
-        .withColumnRenamed("scope", "s_scope")
+        .withColumnsRenamed({"instance": "s_instance", "scope": "s_scope"})
     )
     hosted_rows = [
-        (s, d.name, d.broker_instance, d.broker_enabled, i)
+        (key, s, d.name, d.broker_instance, d.broker_enabled, i)
+        for key, instance in instances.items()
         for i, d in enumerate(instance.databases)
         for s in d.services
     ]
     hosted_raw = local_frame(
-        spark, hosted_rows, "service string, name string, bid string, enabled boolean, ord int"
+        spark,
+        hosted_rows,
+        "instance string, service string, name string, bid string, enabled boolean, ord int",
     )
     hosted = (
-        hosted_raw.groupBy("service")
+        hosted_raw.groupBy("instance", "service")
         .agg(
             F.transform(
                 F.array_sort(
@@ -279,27 +323,46 @@ def build_snapshot(
             # M6 and L4: only a broker-enabled database makes the service "hosted by the instance".
             F.max(F.col("enabled")).alias("h_any"),
         )
-        .withColumnRenamed("service", "h_service")
+        .withColumnsRenamed({"instance": "h_instance", "service": "h_service"})
     )
     databases = local_frame(
         spark,
-        [(d.broker_instance, d.name) for d in instance.databases if d.broker_enabled],
-        "e_bid string, e_name string",
+        [
+            (key, d.broker_instance, d.name)
+            for key, instance in instances.items()
+            for d in instance.databases
+            if d.broker_enabled
+        ],
+        "e_instance string, e_bid string, e_name string",
+    )
+    settings = local_frame(
+        spark,
+        [
+            (key, normalize_address(i.address), i.forwarding, i.forward_size_mb * 1024 * 1024)
+            for key, i in instances.items()
+        ],
+        "i_instance string, i_address string, i_forwarding boolean, i_budget long",
     )
     if cache:
-        named, scopes, hosted, databases = (f.persist() for f in (named, scopes, hosted, databases))
-        for frame in (named, scopes, hosted, databases):
+        named, scopes, hosted, databases, settings = (
+            f.persist() for f in (named, scopes, hosted, databases, settings)
+        )
+        for frame in (named, scopes, hosted, databases, settings):
             frame.count()
     if has_bcn is None or may_loop_back is None:
-        own = F.lit(normalize_address(instance.address))
-        flags = routes.agg(
-            F.max(is_bcn).alias("bcn"),
-            F.max(
-                (upper == "TRANSPORT")
-                | (normalize_address_sql(F.col("address")) == own)
-                | (normalize_address_sql(F.col("mirror_address")) == own)
-            ).alias("loop"),
-        ).first()
+        own = F.col("i_address")
+        flags = (
+            routes.join(F.broadcast(settings), routes["instance"] == settings["i_instance"], "left")
+            .agg(
+                F.max(is_bcn).alias("bcn"),
+                F.max(
+                    (upper == "TRANSPORT")
+                    | (normalize_address_sql(F.col("address")) == own)
+                    | (normalize_address_sql(F.col("mirror_address")) == own)
+                ).alias("loop"),
+            )
+            .first()
+        )
         has_bcn = bool(flags and flags["bcn"]) if has_bcn is None else has_bcn
         may_loop_back = bool(flags and flags["loop"]) if may_loop_back is None else may_loop_back
     return Snapshot(
@@ -307,9 +370,7 @@ def build_snapshot(
         scopes=scopes,
         hosted=hosted,
         databases=databases,
-        instance_address=normalize_address(instance.address),
-        forwarding=instance.forwarding,
-        forward_budget_bytes=instance.forward_size_mb * 1024 * 1024,
+        instances=settings,
         has_bcn=has_bcn,
         may_loop_back=may_loop_back,
         version=version,
@@ -353,11 +414,13 @@ def _lookup(m: DataFrame, t: Snapshot, ctx: BatchContext, scope: Column, prefix:
     """Fetch, by broadcast hash join, the active candidate arrays of `scope` for each message."""
     now = F.lit(ctx.now.replace(tzinfo=None)).cast("timestamp")
     named = t.named.select(
+        F.col("n_instance").alias(f"{prefix}ni"),
         F.col("n_scope").alias(f"{prefix}ns"),
         F.col("n_service").alias(f"{prefix}nsv"),
         _active(F.col("n_routes"), now).alias(f"{prefix}named"),
     )
     scopes = t.scopes.select(
+        F.col("s_instance").alias(f"{prefix}si"),
         F.col("s_scope").alias(f"{prefix}ss"),
         _active(F.col("s_wild"), now).alias(f"{prefix}wild"),
         F.exists(F.col("s_bcn"), lambda b: b["e"].isNull() | (b["e"] > now)).alias(f"{prefix}bcn"),
@@ -365,23 +428,32 @@ def _lookup(m: DataFrame, t: Snapshot, ctx: BatchContext, scope: Column, prefix:
     m = m.withColumn(f"{prefix}scope", scope)
     m = m.join(
         F.broadcast(named),
-        (m[f"{prefix}scope"] == named[f"{prefix}ns"]) & (m["service"] == named[f"{prefix}nsv"]),
+        (m["instance"] == named[f"{prefix}ni"])
+        & (m[f"{prefix}scope"] == named[f"{prefix}ns"])
+        & (m["service"] == named[f"{prefix}nsv"]),
         "left",
-    ).join(F.broadcast(scopes), m[f"{prefix}scope"] == scopes[f"{prefix}ss"], "left")
+    ).join(
+        F.broadcast(scopes),
+        (m["instance"] == scopes[f"{prefix}si"]) & (m[f"{prefix}scope"] == scopes[f"{prefix}ss"]),
+        "left",
+    )
     if ctx.has_pending:
         pend = ctx.pending.select(
+            F.col("p_instance").alias(f"{prefix}pi"),
             F.col("p_scope").alias(f"{prefix}ps"),
             F.col("p_service").alias(f"{prefix}psv"),
             F.lit(True).alias(f"{prefix}pending"),
         )
         m = m.join(
             F.broadcast(pend),
-            (m[f"{prefix}scope"] == pend[f"{prefix}ps"]) & (m["service"] == pend[f"{prefix}psv"]),
+            (m["instance"] == pend[f"{prefix}pi"])
+            & (m[f"{prefix}scope"] == pend[f"{prefix}ps"])
+            & (m["service"] == pend[f"{prefix}psv"]),
             "left",
-        ).drop(f"{prefix}ps", f"{prefix}psv")
+        ).drop(f"{prefix}pi", f"{prefix}ps", f"{prefix}psv")
     else:
         m = m.withColumn(f"{prefix}pending", F.lit(None).cast("boolean"))
-    return m.drop(f"{prefix}ns", f"{prefix}nsv", f"{prefix}ss")
+    return m.drop(f"{prefix}ni", f"{prefix}ns", f"{prefix}nsv", f"{prefix}si", f"{prefix}ss")
 
 
 Stages = list[tuple[str, Column]]
@@ -503,7 +575,7 @@ def _choose(p: str) -> Stages:
     ]
 
 
-def _fate(p: str, remote: Column, t: Snapshot) -> Stages:
+def _fate(p: str, remote: Column) -> Stages:
     """The outcome of one routing pass: C-drop, F3 hop and lifetime, F5 buffer, D5 drop vs delay.
 
     Order as in the reference engine: the forwarding gate, then the forwarder's own checks, then
@@ -516,14 +588,14 @@ def _fate(p: str, remote: Column, t: Snapshot) -> Stages:
     hops = F.col("hops_remaining")
     not_routed = F.when(remote, F.lit("dropped")).otherwise(F.lit("delayed"))
     expired = F.col("ttl_s").isNotNull() & (F.col("ttl_s") <= 0)
-    too_big = F.col("size_bytes") > F.lit(t.forward_budget_bytes)
+    too_big = F.col("size_bytes") > F.col("i_budget")
     cases: list[tuple[Column, str, str | None]] = [
         (step == 4, "", "route_requested"),
         (step == 7, "", "no_route"),
         (chosen.isNull() & F.col(f"{p}has_local"), "", "service_not_found"),
         (chosen.isNull(), "", "no_route"),
         (tier == TIER_LOCAL, "deliver", None),
-        (remote & F.lit(not t.forwarding), "dropped", "forwarding_disabled"),
+        (remote & ~F.col("i_forwarding"), "dropped", "forwarding_disabled"),
         (remote & (hops <= 0), "discarded", "hops_exhausted"),
         (remote & expired, "discarded", "lifetime_expired"),
         (remote & too_big, "discarded", "forward_buffer_full"),
@@ -584,7 +656,7 @@ def _routing_pass(
     m = m4_first(m)
     m = _apply(m, _match(p))
     m = _apply(m, _choose(p))
-    return _apply(m, _fate(p, remote, t))
+    return _apply(m, _fate(p, remote))
 
 
 def decide(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFrame:
@@ -617,23 +689,36 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
     """One decision per message, before the in-batch order rule D1 is applied."""
     input_cols = list(messages.columns)
     remote = F.col("origin") == F.lit(REMOTE)
-    m = messages.join(F.broadcast(t.hosted), messages["service"] == t.hosted["h_service"], "left").drop(
-        "h_service"
-    )
+    settings = F.broadcast(t.instances)
+    m = messages.join(settings, messages["instance"] == settings["i_instance"], "left")
+    hosted = F.broadcast(t.hosted)
+    m = m.join(
+        hosted, (m["instance"] == hosted["h_instance"]) & (m["service"] == hosted["h_service"]), "left"
+    ).drop("i_instance", "h_instance", "h_service")
     if ctx.has_waiting:
         waiting = ctx.waiting.withColumn("_waiting", F.lit(True))
-        m = m.join(F.broadcast(waiting), m["conversation_id"] == waiting["w_conversation_id"], "left")
+        m = m.join(
+            F.broadcast(waiting),
+            (m["instance"] == waiting["w_instance"]) & (m["conversation_id"] == waiting["w_conversation_id"]),
+            "left",
+        )
         # D5: only locally originated conversations are delayed; incoming messages never wait.
         m = m.withColumn("_waiting", F.coalesce(F.col("_waiting"), F.lit(False)) & ~remote).drop(
-            "w_conversation_id"
+            "w_instance", "w_conversation_id"
         )
     else:
         m = m.withColumn("_waiting", F.lit(False))
     s4 = F.broadcast(t.databases)
-    m = m.join(s4, (m["bid"] == s4["e_bid"]) & remote & m["from_target"], "left").drop("e_bid")
+    same_instance = m["instance"] == s4["e_instance"]
+    m = m.join(s4, same_instance & (m["bid"] == s4["e_bid"]) & remote & m["from_target"], "left").drop(
+        "e_instance", "e_bid"
+    )
 
-    def m4_first(p: str) -> Callable[[DataFrame], DataFrame]:
-        """B4: of the messages of this batch that reach M4 for (scope, service), the first asks."""
+    def m4_first(p: str, among: Column) -> Callable[[DataFrame], DataFrame]:
+        """B4: of the messages of this batch that reach M4 for (scope, service), the first asks.
+
+        Only rows for which `among` holds take part: those whose decision this pass makes.
+        """
 
         def apply(frame: DataFrame) -> DataFrame:
             if not t.has_bcn:
@@ -650,42 +735,71 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
                 & ~F.col("_waiting")
                 & F.col("e_name").isNull()
                 & ~F.col("_behind_first")
+                & among
             )
             frame = frame.withColumn(f"{p}m4_applicable", applicable)
             first = (
                 frame.where(F.col(f"{p}m4_applicable"))
-                .groupBy(f"{p}scope", "service")
+                .groupBy("instance", f"{p}scope", "service")
                 .agg(F.min("pos").alias(f"{p}m4_pos"))
-                .withColumnsRenamed({f"{p}scope": f"{p}fs", "service": f"{p}fsv"})
+                .withColumnsRenamed({"instance": f"{p}fi", f"{p}scope": f"{p}fs", "service": f"{p}fsv"})
             )
             frame = frame.join(
                 F.broadcast(first),
-                (frame[f"{p}scope"] == first[f"{p}fs"]) & (frame["service"] == first[f"{p}fsv"]),
+                (frame["instance"] == first[f"{p}fi"])
+                & (frame[f"{p}scope"] == first[f"{p}fs"])
+                & (frame["service"] == first[f"{p}fsv"]),
                 "left",
             )
             return frame.withColumn(
                 f"{p}m4", F.coalesce(F.col("pos") == F.col(f"{p}m4_pos"), F.lit(False))
-            ).drop(f"{p}fs", f"{p}fsv", f"{p}m4_pos")
+            ).drop(f"{p}fi", f"{p}fs", f"{p}fsv", f"{p}m4_pos")
 
         return apply
 
     local_scope = F.when(remote, F.lit(MSDB)).otherwise(F.col("origin"))
-    m = _routing_pass(m, t, ctx, "a_", local_scope, remote, m4_first("a_"))
+    m = _routing_pass(m, t, ctx, "a_", local_scope, remote, m4_first("a_", F.lit(True)))
     loops_back = (
         ~remote
         & (F.col("a_outcome") == "send")
-        & (normalize_address_sql(F.col("a_address")) == F.lit(t.instance_address))
+        & (normalize_address_sql(F.col("a_address")) == F.col("i_address"))
     )
+    # S5 second pass, msdb's table as if incoming: it decides the looped-back rows, and decides
+    # the incoming rows again, so that every row decided in msdb's table shares one B4 ranking per
+    # (msdb, service) in batch order: a looped-back message that asks for a route makes it pending
+    # for the incoming ones after it. With a route to the dynamic routing service, messages sent
+    # by msdb's own services join that ranking too (their table is msdb's from the start).
+    incoming = F.col("_loop") | remote
+    from_msdb = ~remote & (F.col("origin") == F.lit(MSDB))
+    in_msdb_table = (incoming | from_msdb) if t.has_bcn else incoming
     if t.may_loop_back:
         m = m.withColumn("_loop", loops_back)
-        m = _routing_pass(m, t, ctx, "b_", F.lit(MSDB), F.lit(True), m4_first("b_"))
+        if t.has_bcn:
+            # The B4 ranking below filters on `_loop`: stored first, the optimizer cannot inline
+            # the first pass's expressions into that filter (a plan that grows beyond memory).
+            m = m.localCheckpoint(eager=True)
+        m = _routing_pass(m, t, ctx, "b_", F.lit(MSDB), incoming, m4_first("b_", in_msdb_table))
     else:
         m = m.withColumn("_loop", F.lit(False))
+    # A message of msdb's own services that asked for a route in the first pass, but is not the
+    # first to ask once the looped-back messages are ranked with it, goes on to M5-M7 in the
+    # second pass; if that leads back to this instance (S5), a third pass decides it as incoming.
+    third = t.may_loop_back and t.has_bcn
+    if third:
+        loops_again = (
+            from_msdb
+            & ~F.col("_loop")
+            & (F.col("b_outcome") == "send")
+            & (normalize_address_sql(F.col("b_address")) == F.col("i_address"))
+        )
+        m = m.withColumn("_loop_again", loops_again).localCheckpoint(eager=True)
+        m = _routing_pass(m, t, ctx, "c_", F.lit(MSDB), F.lit(True), m4_first("c_", in_msdb_table))
 
     def pick(name: str) -> Column:
         if not t.may_loop_back:
             return F.col(f"a_{name}")
-        return F.when(F.col("_loop"), F.col(f"b_{name}")).otherwise(F.col(f"a_{name}"))
+        chosen = F.when(in_msdb_table, F.col(f"b_{name}")).otherwise(F.col(f"a_{name}"))
+        return F.when(F.col("_loop_again"), F.col(f"c_{name}")).otherwise(chosen) if third else chosen
 
     s4_hit = F.col("e_name").isNotNull()
     is_waiting = F.col("_waiting")
@@ -717,13 +831,16 @@ def _delay_behind(decided: DataFrame, keep_flag: bool = False) -> DataFrame:
     """D1: once a message of a conversation is delayed, the later ones of the batch wait behind it."""
     first_delay = (
         decided.where((F.col("outcome") == "delayed") & (F.col("origin") != F.lit(REMOTE)))
-        .groupBy("conversation_id")
+        .groupBy("instance", "conversation_id")
         .agg(F.min("pos").alias("_first_delay"))
-        .withColumnRenamed("conversation_id", "_fd_conv")
+        .withColumnsRenamed({"instance": "_fd_instance", "conversation_id": "_fd_conv"})
     )
     # Broadcast: one row per conversation delayed in this batch, joined without shuffling the batch.
     out = decided.join(
-        F.broadcast(first_delay), decided["conversation_id"] == first_delay["_fd_conv"], "left"
+        F.broadcast(first_delay),
+        (decided["instance"] == first_delay["_fd_instance"])
+        & (decided["conversation_id"] == first_delay["_fd_conv"]),
+        "left",
     )
     local = F.col("origin") != F.lit(REMOTE)
     behind = local & F.coalesce(F.col("pos") > F.col("_first_delay"), F.lit(False))
@@ -740,5 +857,5 @@ def _delay_behind(decided: DataFrame, keep_flag: bool = False) -> DataFrame:
     }
     out = out.withColumn("_behind", behind)
     out = out.withColumns({c: F.when(F.col("_behind"), v).otherwise(F.col(c)) for c, v in replace.items()})
-    out = out.drop("_fd_conv", "_first_delay")
+    out = out.drop("_fd_instance", "_fd_conv", "_first_delay")
     return out if keep_flag else out.drop("_behind")

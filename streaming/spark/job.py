@@ -152,11 +152,12 @@ class RouteSnapshots:
         routes = self._read_routes(routes_end)
         mirrors = self._read_mirrors()
         version = f"routes@{_version(routes_end)}"
+        name = self.topology.instance.name
         snapshot = build_snapshot(
             self.spark,
-            self.topology.instance,
+            {name: self.topology.instance},
             routes,
-            mirrors=mirrors,
+            mirrors={name: mirrors},
             version=version,
             cache=True,
         )
@@ -183,6 +184,7 @@ class RouteSnapshots:
             from_avro("value", schema_json("route"), {"mode": "PERMISSIVE"}).alias("r")
         )
         return decoded.where(F.col("r").isNotNull()).select(
+            F.lit(self.topology.instance.name).alias("instance"),
             "r.scope",
             "r.name",
             "r.service",
@@ -551,6 +553,7 @@ class RouterJob:
             "rec",
             error.alias("error"),
             pos.cast("long").alias("pos"),
+            F.lit(t.instance.name).alias("instance"),
             F.coalesce(F.col("rec.message_id"), F.lit("")).alias("id"),
             F.coalesce(F.col("rec.conversation_id"), F.lit("")).alias("conversation_id"),
             F.coalesce(F.col("rec.to_service"), F.lit("")).alias("service"),
@@ -572,11 +575,12 @@ class RouterJob:
         """
         good = decoded.where(F.col("error").isNull())
         bad = decoded.where(F.col("error").isNotNull())
+        name = self.topology.instance.name
         context = batch_context(
             self.spark,
             now,
-            pending=frozenset(self.ledger.pending_requests),
-            waiting=self.ledger.waiting_conversations(),
+            pending=frozenset((name, scope, service) for scope, service in self.ledger.pending_requests),
+            waiting=frozenset((name, conversation) for conversation in self.ledger.waiting_conversations()),
         )
         decided = decide(good, snapshot, context).withColumns(_destination_columns())
         groups = decided.groupBy(*_DEST_KEYS).count().collect()

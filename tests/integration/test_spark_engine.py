@@ -3,21 +3,24 @@
 1. Every scenario of the project's suite (tests/scenarios) passes on the Spark engine, through the
    same runner and evaluator as the reference engine (tests/unit/test_scenarios.py).
 2. A property test generates catalogs, route tables, mirror roles, pending requests, waiting
-   conversations and batches of messages, and checks that the two engines take the same decisions.
+   conversations and batches of messages, and checks that the two engines take the same decisions:
+   EXAMPLES examples of CASES_PER_EXAMPLE cases each, every example decided in one Spark plan.
    The spec's arbitrary choices (C5, M3, L3) are deterministic in both (crc32 of the conversation id,
    catalog order), so the decisions must be equal field for field.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streaming.rules.batch import RoutingBatch
+from streaming.rules.batch import BatchResult, RoutingBatch
 from streaming.rules.engine import ReferenceEngine
 from streaming.rules.model import (
     BROKER_CONFIGURATION_SERVICE,
@@ -37,6 +40,7 @@ pytestmark = pytest.mark.integration
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 FILES = sorted(SCENARIOS.rglob("*.yaml"))
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +54,16 @@ def test_scenario_on_the_spark_engine(path: Path, spark_decider: SparkDecider) -
 
 
 # --- the property test ---------------------------------------------------------------------------
+#
+# Each hypothesis example is a list of CASES_PER_EXAMPLE independent cases (an instance's catalog,
+# its route table and mirror roles, pending requests, waiting conversations and a sequence of
+# messages). The Spark engine decides all of an example's cases in one plan, each as its own
+# instance of the snapshot (SparkDecider.decide_many), so CI checks thousands of cases in minutes;
+# the reference engine decides each case alone. On a failure hypothesis shrinks the list and the
+# case to the smallest that still disagrees.
+#
+# A case spends few of hypothesis's choices: each route and each message is one drawn integer whose
+# digits (`Fields`) select its attributes, the first option of every list being the simplest.
 
 SERVICES = (
     "Orders",
@@ -64,79 +78,91 @@ GUIDS = tuple(f"{i:08x}-0000-0000-0000-00000000000{i}" for i in range(1, 6))
 OWN = "TCP://me:4022"
 ADDRESSES = ("LOCAL", "TRANSPORT", "tcp://a:4022", "TCP://a:4022/", "tcp://b:4022", OWN)
 MIRRORS = ("tcp://p1:4022", "tcp://p2:4022")
+EXPIRIES = (None, None, NOW - timedelta(seconds=1), NOW + timedelta(hours=1))
+CASES_PER_EXAMPLE = 100
+EXAMPLES = 25
+
+
+class Fields:
+    """The attributes of one generated object, peeled off one drawn integer, digit by digit."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def of(self, options: Sequence[T]) -> T:
+        self.value, index = divmod(self.value, len(options))
+        return options[index]
+
+
+def _route(n: int, code: int, scopes: Sequence[str]) -> Route:
+    f = Fields(code)
+    address = f.of(ADDRESSES)
+    service = f.of((None, *SERVICES))
+    mirror = None
+    mirrored = f.of((False, False, False, False, True))
+    partner = f.of(MIRRORS)
+    if mirrored and address.lower().startswith("tcp") and address != OWN:
+        mirror, address = f.of(MIRRORS), partner
+    bid = f.of((None, *GUIDS))
+    return Route(
+        f.of(scopes),
+        f"r{n}",
+        address,
+        service=service,
+        broker_instance=None if service == BROKER_CONFIGURATION_SERVICE else bid,
+        mirror_address=mirror,
+        expires_at=f.of(EXPIRIES),
+    )
+
+
+def _message(n: int, code: int, origins: Sequence[str], conversations: Sequence[str]) -> Message:
+    f = Fields(code)
+    origin = f.of(origins)
+    from_target = f.of((False, True))
+    return Message(
+        id=f"m{n}",
+        conversation_id=f.of(conversations),
+        service=f.of(SERVICES[:6]),
+        origin=origin,
+        broker_instance=f.of((None, *GUIDS)),
+        from_target=from_target if origin == REMOTE else False,
+        hops_remaining=f.of((16, 1, 0)),
+        time_to_live_s=f.of((None, None, -1.0, 30.0)),
+        size_bytes=f.of((10, 2_000_000)),
+    )
 
 
 @st.composite
-def batches(draw: st.DrawFn) -> RoutingBatch:
+def cases(draw: st.DrawFn) -> RoutingBatch:
+    """One case: an instance with 1-3 databases and msdb, up to 14 routes, 1-30 messages."""
     db_names = ["AW", "DB2", "DB3"][: draw(st.integers(1, 3))]
-    databases = [
-        Database(
-            name,
-            GUIDS[i],
-            broker_enabled=draw(st.booleans()) if i else True,
-            services=tuple(draw(st.lists(st.sampled_from(SERVICES[:4]), max_size=3, unique=True))),
-        )
-        for i, name in enumerate(db_names)
-    ]
+    databases = []
+    for i, name in enumerate(db_names):
+        f = Fields(draw(st.integers(0, 2**5 - 1)))
+        enabled = f.of((True, False)) if i else True
+        hosted = tuple(s for s in SERVICES[:4] if f.of((False, True)))
+        databases.append(Database(name, GUIDS[i], broker_enabled=enabled, services=hosted))
     databases.append(Database("msdb", GUIDS[4], True, ()))
     instance = Instance(
         "i1", OWN, tuple(databases), forwarding=draw(st.booleans()), forward_size_mb=1, retry_s=5.0
     )
     scopes = [d.name for d in databases]
-    routes = []
-    for n in range(draw(st.integers(0, 14))):
-        address = draw(st.sampled_from(ADDRESSES))
-        service = draw(st.one_of(st.none(), st.sampled_from(SERVICES)))
-        mirror = None
-        if address.lower().startswith("tcp") and address != OWN and draw(st.integers(0, 4)) == 0:
-            mirror = draw(st.sampled_from(MIRRORS))
-            address = draw(st.sampled_from(MIRRORS))
-        bid = (
-            None
-            if service == BROKER_CONFIGURATION_SERVICE
-            else draw(st.one_of(st.none(), st.sampled_from(GUIDS)))
-        )
-        expires = draw(st.sampled_from([None, None, NOW - timedelta(seconds=1), NOW + timedelta(hours=1)]))
-        routes.append(
-            Route(
-                draw(st.sampled_from(scopes)),
-                f"r{n}",
-                address,
-                service=service,
-                broker_instance=bid,
-                mirror_address=mirror,
-                expires_at=expires,
-            )
-        )
-    mirrors = {
-        normalize_address(a): draw(st.sampled_from(list(MirrorRole))) for a in MIRRORS if draw(st.booleans())
-    }
-    messages = []
-    conversations = [f"c{i}" for i in range(draw(st.integers(1, 40)))]
-    for n in range(draw(st.integers(20, 80))):
-        origin = draw(st.sampled_from([*db_names, REMOTE]))
-        messages.append(
-            Message(
-                id=f"m{n}",
-                conversation_id=draw(st.sampled_from(conversations)),
-                service=draw(st.sampled_from(SERVICES[:6])),
-                origin=origin,
-                broker_instance=draw(st.one_of(st.none(), st.sampled_from(GUIDS))),
-                from_target=draw(st.booleans()) if origin == REMOTE else False,
-                hops_remaining=draw(st.sampled_from([0, 1, 16])),
-                time_to_live_s=draw(st.sampled_from([None, None, -1.0, 30.0])),
-                size_bytes=draw(st.sampled_from([10, 2_000_000])),
-            )
-        )
-    pending = frozenset(
-        (draw(st.sampled_from(scopes)), draw(st.sampled_from(SERVICES[:4])))
-        for _ in range(draw(st.integers(0, 2)))
-    )
-    waiting = frozenset(draw(st.lists(st.sampled_from(conversations), max_size=3)))
+    route_codes = draw(st.lists(st.integers(0, 2**20), max_size=14))
+    routes = tuple(_route(n, code, scopes) for n, code in enumerate(route_codes))
+    roles = (None, *MirrorRole)
+    f = Fields(draw(st.integers(0, len(roles) ** len(MIRRORS) - 1)))
+    mirrors = {normalize_address(a): role for a in MIRRORS if (role := f.of(roles)) is not None}
+    conversations = [f"c{i}" for i in range(draw(st.integers(1, 20)))]
+    origins = [*db_names, REMOTE, "msdb"]  # msdb's own services route with msdb's table (S1)
+    count = draw(st.integers(1, 30))
+    messages = tuple(_message(n, draw(st.integers(0, 2**22)), origins, conversations) for n in range(count))
+    f = Fields(draw(st.integers(0, 2**16)))
+    pending = frozenset((f.of(scopes), f.of(SERVICES[:4])) for _ in range(f.of((0, 1, 2))))
+    waiting = frozenset(f.of(conversations) for _ in range(f.of((0, 1, 2, 3))))
     return RoutingBatch(
         instance=instance,
-        routes=tuple(routes),
-        messages=tuple(messages),
+        routes=routes,
+        messages=messages,
         now=NOW,
         mirrors=mirrors,
         pending_requests=pending,
@@ -157,9 +183,13 @@ FIELDS = (
 )
 
 
+def _rows(result: BatchResult) -> list[tuple[object, ...]]:
+    return [(d.id, *(getattr(d, f) for f in FIELDS)) for d in result.decisions]
+
+
 @settings(
-    max_examples=40,
-    derandomize=True,  # the same 40 batches in every run: CI stays reproducible
+    max_examples=EXAMPLES,
+    derandomize=True,  # the same examples in every run: CI stays reproducible
     deadline=None,
     suppress_health_check=[
         HealthCheck.function_scoped_fixture,
@@ -167,13 +197,15 @@ FIELDS = (
         HealthCheck.data_too_large,
     ],
 )
-@given(batch=batches())
-def test_the_engines_decide_alike(batch: RoutingBatch, spark_decider: SparkDecider) -> None:
-    expected = ReferenceEngine().decide(batch)
-    got = spark_decider.decide(batch)
-    want_rows = [(d.id, *(getattr(d, f) for f in FIELDS)) for d in expected.decisions]
-    got_rows = [(d.id, *(getattr(d, f) for f in FIELDS)) for d in got.decisions]
-    assert len(want_rows) == len(got_rows)
-    differences = [(w, g) for w, g in zip(want_rows, got_rows, strict=True) if w != g]
-    assert not differences, f"reference vs spark, first of {len(differences)}: {differences[0]}"
-    assert expected.requests == got.requests
+@given(examples=st.lists(cases(), min_size=CASES_PER_EXAMPLE, max_size=CASES_PER_EXAMPLE))
+def test_the_engines_decide_alike(examples: list[RoutingBatch], spark_decider: SparkDecider) -> None:
+    reference = ReferenceEngine()
+    spark_results = spark_decider.decide_many(examples)
+    for number, (case, got) in enumerate(zip(examples, spark_results, strict=True)):
+        expected = reference.decide(case)
+        want_rows, got_rows = _rows(expected), _rows(got)
+        assert len(want_rows) == len(got_rows) == len(case.messages), f"case {number}"
+        differences = [(w, g) for w, g in zip(want_rows, got_rows, strict=True) if w != g]
+        first = differences[0] if differences else None
+        assert not differences, f"case {number}: {len(differences)} differ, first (reference, spark): {first}"
+        assert expected.requests == got.requests, f"case {number}"
