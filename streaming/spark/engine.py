@@ -759,11 +759,13 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
 
     local_scope = F.when(remote, F.lit(MSDB)).otherwise(F.col("origin"))
     m = _routing_pass(m, t, ctx, "a_", local_scope, remote, m4_first("a_", F.lit(True)))
-    loops_back = (
-        ~remote
-        & (F.col("a_outcome") == "send")
-        & (normalize_address_sql(F.col("a_address")) == F.col("i_address"))
-    )
+
+    def sends_here(p: str) -> Column:
+        """S5: pass `p` sends the message to this instance's own address."""
+        return (F.col(f"{p}outcome") == "send") & (
+            normalize_address_sql(F.col(f"{p}address")) == F.col("i_address")
+        )
+
     # S5 second pass, msdb's table as if incoming: it decides the looped-back rows, and decides
     # the incoming rows again, so that every row decided in msdb's table shares one B4 ranking per
     # (msdb, service) in batch order: a looped-back message that asks for a route makes it pending
@@ -773,7 +775,7 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
     from_msdb = ~remote & (F.col("origin") == F.lit(MSDB))
     in_msdb_table = (incoming | from_msdb) if t.has_bcn else incoming
     if t.may_loop_back:
-        m = m.withColumn("_loop", loops_back)
+        m = m.withColumn("_loop", ~remote & sends_here("a_"))
         if t.has_bcn:
             # The B4 ranking below filters on `_loop`: stored first, the optimizer cannot inline
             # the first pass's expressions into that filter (a plan that grows beyond memory).
@@ -786,12 +788,7 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
     # second pass; if that leads back to this instance (S5), a third pass decides it as incoming.
     third = t.may_loop_back and t.has_bcn
     if third:
-        loops_again = (
-            from_msdb
-            & ~F.col("_loop")
-            & (F.col("b_outcome") == "send")
-            & (normalize_address_sql(F.col("b_address")) == F.col("i_address"))
-        )
+        loops_again = from_msdb & ~F.col("_loop") & sends_here("b_")
         m = m.withColumn("_loop_again", loops_again).localCheckpoint(eager=True)
         m = _routing_pass(m, t, ctx, "c_", F.lit(MSDB), F.lit(True), m4_first("c_", in_msdb_table))
 
