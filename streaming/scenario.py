@@ -9,6 +9,7 @@ The runner keeps the state that lives with the endpoints and the instance, not w
 * the delayed queue, in first-delayed order, and so the conversations that have a message waiting
   (D1, D2);
 * the broker instance an acknowledgement pinned a conversation to (A2, K1);
+* the route each unpinned conversation chose, which its later messages keep (K2);
 * the MissingRoute requests outstanding per (scope, service) (M4, B4).
 
 Each `RoutingBatch` carries that state to the decider. The timeline, as FORMAT.md describes it:
@@ -40,12 +41,14 @@ from streaming.rules.model import (
     DEFAULT_HOPS,
     MISSING_ROUTE_MESSAGE_TYPE,
     REMOTE,
+    ChoiceKey,
     Decision,
     Instance,
     Message,
     MirrorRole,
     Outcome,
     Route,
+    RouteIdentity,
     normalize_address,
 )
 from streaming.tables.operations import RouteOperation, apply_changes, plan_route_changes, route_key
@@ -463,6 +466,7 @@ class _Timeline:
         self.table: RouteTable = {route_key(r.scope, r.name): r for r in scenario.routes}
         self.mirrors: dict[str, MirrorRole] = dict(scenario.mirrors)
         self.pins: dict[str, str] = {}
+        self.choices: dict[ChoiceKey, RouteIdentity] = {}
         self.pending: set[tuple[str, str]] = set()
         self.queue: list[_Waiting] = []
         self.first_delayed: dict[str, int] = {}
@@ -535,6 +539,7 @@ class _Timeline:
             mirrors=dict(self.mirrors),
             pending_requests=frozenset(self.pending),
             waiting_conversations=frozenset(w.message.conversation_id for w in self.queue),
+            choices=dict(self.choices),
         )
         result = self.decider.decide(batch)
         got = [d.id for d in result.decisions]
@@ -547,6 +552,7 @@ class _Timeline:
                 order = self.first_delayed.setdefault(message.id, len(self.first_delayed))
                 self.queue.append(_Waiting(message, order, retry_at))
         self.pending.update(result.requests)
+        self.choices.update(result.choices)
         self.route_batch([self.missing_route_request(scope) for scope, _ in result.requests])
 
     def with_endpoint_state(self, message: Message) -> Message:

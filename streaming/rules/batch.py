@@ -7,7 +7,10 @@ the streaming job. Messages in a batch are decided in order, as if one at a time
   delayed earlier in the same batch) is delayed behind it (D1, B7: a conversation, not a message,
   is delayed), so each conversation keeps its order;
 * the first message of the batch that reaches M4 for (scope, service) with no request pending
-  creates the request; later ones in the batch see it pending (B4) and go on with M5.
+  creates the request; later ones in the batch see it pending (B4) and go on with M5;
+* a message that `remembers_choice` keeps the route its conversation chose before (K2): the
+  route identity in `choices`, or the one chosen earlier in the batch, while it is a candidate.
+  All messages with one `choice_key` read the same routes, so within a batch they choose alike.
 
 Conversation state that lives with the endpoints (the pin of A2, CURRENT DATABASE) is applied to
 each message's `broker_instance` before it reaches an engine.
@@ -20,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from streaming.rules.model import Decision, Instance, Message, MirrorRole, Route
+from streaming.rules.model import ChoiceKey, Decision, Instance, Message, MirrorRole, Route, RouteIdentity
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,8 @@ class RoutingBatch:
     """(scope, service) pairs with a MissingRoute request outstanding (B4)."""
     waiting_conversations: frozenset[str] = frozenset()
     """Conversations that have a delayed message waiting (D1)."""
+    choices: Mapping[ChoiceKey, RouteIdentity] = field(default_factory=dict)
+    """The route identity each unpinned conversation chose before (K2), by `Message.choice_key`."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,8 @@ class BatchResult:
     decisions: tuple[Decision, ...]
     requests: tuple[tuple[str, str], ...] = ()
     """New (scope, service) MissingRoute requests (M4, B3), in the order they were made."""
+    choices: Mapping[ChoiceKey, RouteIdentity] = field(default_factory=dict)
+    """The choices made in this batch (K2), the last per key: what `RoutingBatch.choices` takes on."""
 
 
 class Decider(Protocol):

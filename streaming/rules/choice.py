@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from streaming.rules.model import Route
+from streaming.rules.model import Route, RouteIdentity
 from streaming.rules.transport import transport_address
 
 C1 = "C1"
@@ -58,12 +58,19 @@ def dedupe_candidates(candidates: Iterable[Route]) -> tuple[Route, ...]:
     return tuple(sorted(by_identity.values(), key=lambda r: r.identity))
 
 
-def pick_one(candidates: Sequence[Route], conversation_id: str) -> Route:
-    """Choose one of a tier's deduplicated, identity-sorted candidates (C5).
+def pick_one(
+    candidates: Sequence[Route], conversation_id: str, remembered: RouteIdentity | None = None
+) -> Route:
+    """Choose one of a tier's deduplicated, identity-sorted candidates (C5, K2).
 
-    Index `deterministic_index(conversation_id, len(candidates))` into the candidates sorted
-    ascending by their C0 identity tuple `(broker_instance or "", service or "", address)`.
+    K2: a conversation keeps the choice made for its first message, so the `remembered` route
+    identity wins while it is one of the candidates. Otherwise index
+    `deterministic_index(conversation_id, len(candidates))` into the candidates sorted ascending
+    by their C0 identity tuple `(broker_instance or "", service or "", address)`.
     """
+    kept = next((r for r in candidates if remembered is not None and r.identity == remembered), None)
+    if kept is not None:
+        return kept
     return candidates[deterministic_index(conversation_id, len(candidates))]
 
 
@@ -104,11 +111,13 @@ def choose_route(
     service: str,
     conversation_id: str,
     locatable: Callable[[Route], bool],
+    remembered: RouteIdentity | None = None,
 ) -> Choice | None:
     """Return the route chosen for a message, or None when no tier has a usable route (C0-C5).
 
     The candidates are deduplicated (C0), then the first non-empty tier of C1, C2, C3, C4 picks one
-    route (C5). A `locatable` route is one §1.6 can deliver with (C2).
+    route (C5). A `locatable` route is one §1.6 can deliver with (C2). `remembered` is the
+    identity of the route the conversation chose before (K2), kept when it is in that tier.
     """
     unique = dedupe_candidates(candidates)
     tiers: tuple[tuple[str, list[Route]], ...] = (
@@ -119,5 +128,5 @@ def choose_route(
     )
     for step, tier in tiers:
         if tier:
-            return Choice(pick_one(tier, conversation_id), step)
+            return Choice(pick_one(tier, conversation_id, remembered), step)
     return None

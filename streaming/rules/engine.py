@@ -28,7 +28,16 @@ from streaming.rules.forwarding import forwarded_hops, forwarder_discard_reason,
 from streaming.rules.locate import hosts_service, locate_database
 from streaming.rules.matching import M4, M6, M7, Match, match_routes
 from streaming.rules.mirror import principal_address
-from streaming.rules.model import Database, Decision, Message, Outcome, Reason, Route
+from streaming.rules.model import (
+    ChoiceKey,
+    Database,
+    Decision,
+    Message,
+    Outcome,
+    Reason,
+    Route,
+    RouteIdentity,
+)
 from streaming.rules.scoping import as_incoming, loops_back, reply_shortcut_database, routing_scope
 from streaming.rules.snapshot import RouteSnapshot
 from streaming.rules.transport import transport_address
@@ -47,24 +56,30 @@ class ReferenceEngine:
           conversation keeps its order. Incoming messages are never held (D5), so they never wait.
         * B4: the first message that reaches M4 for (scope, service) creates the request; later
           messages of the batch see it pending and go on at M5.
+        * K2: a message that `remembers_choice` keeps the route its conversation chose before
+          (from an earlier batch, or earlier in this one) while that route is still a candidate.
         """
         snapshot = RouteSnapshot.of(batch)
         pending = set(batch.pending_requests)
         waiting = set(batch.waiting_conversations)
+        memory = dict(batch.choices)
         decisions: list[Decision] = []
         requests: list[tuple[str, str]] = []
+        choices: dict[ChoiceKey, RouteIdentity] = {}
         for message in batch.messages:
             if not message.is_remote and message.conversation_id in waiting:
                 decision = delayed_behind_conversation(message, snapshot)
             else:
-                decision = decide_message(message, snapshot, pending)
+                decision = decide_message(message, snapshot, pending, memory.get(message.choice_key))
             if decision.requests is not None and decision.scope is not None:
                 pending.add((decision.scope, decision.requests))
                 requests.append((decision.scope, decision.requests))
             if decision.outcome is Outcome.DELAYED:
                 waiting.add(message.conversation_id)
+            if decision.remembered is not None:
+                memory[message.choice_key] = choices[message.choice_key] = decision.remembered
             decisions.append(decision)
-        return BatchResult(decisions=tuple(decisions), requests=tuple(requests))
+        return BatchResult(decisions=tuple(decisions), requests=tuple(requests), choices=choices)
 
 
 def delayed_behind_conversation(message: Message, snapshot: RouteSnapshot) -> Decision:
@@ -83,14 +98,21 @@ def delayed_behind_conversation(message: Message, snapshot: RouteSnapshot) -> De
 
 
 def decide_message(
-    message: Message, snapshot: RouteSnapshot, pending_requests: Set[tuple[str, str]] = frozenset()
+    message: Message,
+    snapshot: RouteSnapshot,
+    pending_requests: Set[tuple[str, str]] = frozenset(),
+    remembered: RouteIdentity | None = None,
 ) -> Decision:
     """Decide one message against the snapshot (spec §1.7), ignoring other messages of its batch.
 
     `pending_requests` holds the (scope, service) pairs with a MissingRoute request outstanding
     (B4). A decision that makes a new request carries the service in `requests` and the table in
-    `scope` (M4, B3).
+    `scope` (M4, B3). `remembered` is the route identity the message's conversation chose before
+    (K2); it counts only for a message that `remembers_choice`, and such a message's decision
+    carries the identity chosen now in `remembered`.
     """
+    if not message.remembers_choice:
+        remembered = None
     shortcut = reply_shortcut_database(message, snapshot.instance)
     if shortcut is not None:
         return Decision(
@@ -109,6 +131,7 @@ def decide_message(
         conversation_id=message.conversation_id,
         request_pending=(scope, message.service) in pending_requests,
         service_hosted=hosts_service(snapshot.instance, message.service),
+        remembered=remembered,
     )
     if match.step == M4:
         return not_routed(message, snapshot, scope, match, Reason.ROUTE_REQUESTED, requests=message.service)
@@ -119,9 +142,25 @@ def decide_message(
         service=message.service,
         conversation_id=message.conversation_id,
         locatable=lambda route: destination_database(message, route, snapshot) is not None,
+        remembered=remembered,
     )
     if choice is None:
         return not_routed(message, snapshot, scope, match, no_usable_route_reason(match))
+    decision = decide_with_route(message, snapshot, scope, match, choice, pending_requests)
+    if message.remembers_choice:
+        return replace(decision, remembered=choice.route.identity)
+    return decision
+
+
+def decide_with_route(
+    message: Message,
+    snapshot: RouteSnapshot,
+    scope: str,
+    match: Match,
+    choice: Choice,
+    pending_requests: Set[tuple[str, str]],
+) -> Decision:
+    """Deliver with a chosen LOCAL route (L1-L4), or leave the instance with another route."""
     database = destination_database(message, choice.route, snapshot) if choice.step == C2 else None
     if database is not None:
         return replace(

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from streaming.rules.choice import deterministic_index
-from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, LOCAL, Route, canonical_guid
+from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, LOCAL, Route, RouteIdentity, canonical_guid
 
 M1 = "M1"
 M2 = "M2"
@@ -57,19 +57,25 @@ def m2_service_any_broker(routes: Iterable[Route], service: str) -> tuple[Route,
     return tuple(r for r in routes if same_service(r, service) and r.broker_instance is None)
 
 
-def m3_service_one_broker(routes: Iterable[Route], service: str, conversation_id: str) -> tuple[Route, ...]:
+def m3_service_one_broker(
+    routes: Iterable[Route], service: str, conversation_id: str, remembered: RouteIdentity | None = None
+) -> tuple[Route, ...]:
     """M3: routes naming the service and some broker instance, narrowed to one broker instance.
 
     Only reached when the message has no broker instance. When the routes carry several different
-    broker instances, one is picked "arbitrarily": the distinct canonical broker instances are
-    sorted ascending and `deterministic_index(conversation_id, n)` picks one (C5); only the routes
-    with that broker instance are kept.
+    broker instances, one is picked "arbitrarily": the broker instance of the conversation's
+    `remembered` choice while it is among them (K2), else the distinct canonical broker instances
+    are sorted ascending and `deterministic_index(conversation_id, n)` picks one (C5); only the
+    routes with that broker instance are kept.
     """
     named = [r for r in routes if same_service(r, service) and r.broker_instance is not None]
     if not named:
         return ()
     brokers = sorted({canonical_guid(r.broker_instance) for r in named if r.broker_instance})
-    chosen = brokers[deterministic_index(conversation_id, len(brokers))]
+    if remembered is not None and remembered[0] and canonical_guid(remembered[0]) in brokers:
+        chosen = canonical_guid(remembered[0])
+    else:
+        chosen = brokers[deterministic_index(conversation_id, len(brokers))]
     return tuple(r for r in named if r.broker_instance and canonical_guid(r.broker_instance) == chosen)
 
 
@@ -106,11 +112,13 @@ def match_routes(
     conversation_id: str,
     request_pending: bool,
     service_hosted: bool,
+    remembered: RouteIdentity | None = None,
 ) -> Match:
     """Run the matching steps M1-M7 over one table's active routes and return the first hit.
 
     `request_pending`: a MissingRoute request for (scope, service) is outstanding (B4).
     `service_hosted`: a broker-enabled database of the instance hosts the service (M6, L4).
+    `remembered`: the route identity the conversation chose before (K2), which M3 keeps.
     M6 applies only with a broker instance and a hosted service; M7 is "nothing matched".
     """
     if broker_instance is not None:
@@ -121,7 +129,7 @@ def match_routes(
     if found:
         return Match(M2, found)
     if broker_instance is None:
-        found = m3_service_one_broker(routes, service, conversation_id)
+        found = m3_service_one_broker(routes, service, conversation_id, remembered)
         if found:
             return Match(M3, found)
     if m4_asks_for_route(routes, request_pending):

@@ -71,6 +71,10 @@ def normalize_address(address: str) -> str:
     return address.strip().rstrip("/").lower()
 
 
+RouteIdentity = tuple[str, str, str]
+"""C0: (broker instance or "", service or "", address); what a conversation's choice remembers (K2)."""
+
+
 @dataclass(frozen=True)
 class Route:
     """One row of a routing table (R1). `None` service or broker instance means any (R2, R3)."""
@@ -94,7 +98,7 @@ class Route:
         return self.address.upper() == TRANSPORT
 
     @property
-    def identity(self) -> tuple[str, str, str]:
+    def identity(self) -> RouteIdentity:
         """C0: routes equal in (broker instance, service, address) count as one route."""
         return (self.broker_instance or "", self.service or "", self.address)
 
@@ -129,6 +133,10 @@ class Instance:
         return next((d for d in self.databases if d.name == name), None)
 
 
+ChoiceKey = tuple[str, str, str]
+"""K2: (conversation id, origin database, target service), one sending endpoint's direction."""
+
+
 @dataclass(frozen=True)
 class Message:
     """A conversation message as the router sees it (K1: target service and optional broker)."""
@@ -149,6 +157,20 @@ class Message:
         """The message arrived from another instance (S3)."""
         return self.origin == REMOTE
 
+    @property
+    def remembers_choice(self) -> bool:
+        """K2: the sending endpoint keeps the route chosen for its conversation's first message.
+
+        That is a message sent by an initiator of this instance that has no broker instance (not
+        pinned, A2): replies carry the initiator's broker instance, and a forwarder stores nothing.
+        """
+        return not self.is_remote and not self.from_target and self.broker_instance is None
+
+    @property
+    def choice_key(self) -> ChoiceKey:
+        """Whose choice this message keeps: the endpoint (conversation, database) and the service."""
+        return (self.conversation_id, self.origin, self.service)
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -167,6 +189,9 @@ class Decision:
     hops_remaining: int | None = None
     scope: str | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False)
+    remembered: RouteIdentity | None = field(default=None, compare=False)
+    """K2: the identity of the route chosen in the message's own table, for a conversation that
+    keeps its choice (`remembers_choice`); None otherwise. Not printed: it is the endpoint's memory."""
 
     def to_json_dict(self) -> dict[str, object]:
         """Return the decision as `router resolve` prints it (absent fields left out)."""

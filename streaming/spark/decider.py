@@ -21,6 +21,7 @@ from streaming.rules.model import (
     normalize_address,
 )
 from streaming.spark.engine import (
+    CHOICE_SCHEMA,
     MESSAGE_SCHEMA,
     batch_context,
     build_snapshot,
@@ -111,6 +112,17 @@ class SparkDecider:
                 for key, batch in zip(keys, batches, strict=True)
                 for conversation in batch.waiting_conversations
             ),
+            choices=local_frame(
+                self.spark,
+                [
+                    (key, *choice_key, *identity)
+                    for key, batch in zip(keys, batches, strict=True)
+                    for choice_key, identity in sorted(batch.choices.items())
+                ],
+                CHOICE_SCHEMA,
+            )
+            if any(batch.choices for batch in batches)
+            else None,
         )
         result = decide(messages, snapshot, context).orderBy("pos").collect()
         by_key: dict[str, list[Row]] = {key: [] for key in keys}
@@ -122,6 +134,15 @@ class SparkDecider:
                 requests=tuple(
                     (r["d_scope"], r["requests"]) for r in by_key[key] if r["requests"] is not None
                 ),
+                choices={
+                    (r["conversation_id"], r["origin"], r["service"]): (
+                        r["k_bid"],
+                        r["k_route_service"],
+                        r["k_address"],
+                    )
+                    for r in by_key[key]
+                    if r["k_address"] is not None
+                },
             )
             for key, batch in zip(keys, batches, strict=True)
         ]

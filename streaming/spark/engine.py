@@ -79,6 +79,24 @@ ROUTE_SCHEMA = StructType(
     ]
 )
 
+CHOICE_SCHEMA = StructType(
+    [
+        StructField("k_instance", StringType(), False),
+        StructField("k_conversation_id", StringType(), False),
+        StructField("k_origin", StringType(), False),
+        StructField("k_service", StringType(), False),
+        StructField("k_bid", StringType(), False),
+        StructField("k_route_service", StringType(), False),
+        StructField("k_address", StringType(), False),
+    ]
+)
+"""K2: per (instance, conversation, origin database, target service), the C0 identity of the route
+chosen (broker instance or "", service or "", address). The decisions carry the same three
+identity columns (null when nothing is remembered) for the caller to keep."""
+
+CHOICE_KEY_COLUMNS = ("k_instance", "k_conversation_id", "k_origin", "k_service")
+CHOICE_IDENTITY_COLUMNS = ("k_bid", "k_route_service", "k_address")
+
 DECISION_COLUMNS = (
     "outcome",
     "d_database",
@@ -90,6 +108,7 @@ DECISION_COLUMNS = (
     "requests",
     "d_hops_remaining",
     "d_scope",
+    *CHOICE_IDENTITY_COLUMNS,
 )
 
 LITERAL_ROWS = 16
@@ -142,6 +161,8 @@ class BatchContext:
     """w_instance, w_conversation_id: conversations with a delayed message waiting (D1)."""
     has_pending: bool
     has_waiting: bool
+    choices: DataFrame | None = None
+    """CHOICE_SCHEMA: the route identity each unpinned conversation chose before (K2), or None."""
 
 
 def batch_context(
@@ -149,10 +170,12 @@ def batch_context(
     now: datetime,
     pending: frozenset[tuple[str, str, str]] = frozenset(),
     waiting: frozenset[tuple[str, str]] = frozenset(),
+    choices: DataFrame | None = None,
 ) -> BatchContext:
     """Return the per-batch inputs as small DataFrames.
 
     `pending` holds (instance, scope, service) and `waiting` (instance, conversation id).
+    `choices` (CHOICE_SCHEMA) is the conversations' remembered routes (K2), kept by the JVM.
     """
     return BatchContext(
         now=now,
@@ -160,6 +183,7 @@ def batch_context(
         waiting=local_frame(spark, sorted(waiting), "w_instance string, w_conversation_id string"),
         has_pending=bool(pending),
         has_waiting=bool(waiting),
+        choices=choices,
     )
 
 
@@ -459,7 +483,20 @@ def _lookup(m: DataFrame, t: Snapshot, ctx: BatchContext, scope: Column, prefix:
 Stages = list[tuple[str, Column]]
 
 
-def _match(p: str) -> Stages:
+def _remembered(keep: Column, field: str) -> Column:
+    """K2: a remembered identity field, for rows of a pass that keeps the conversation's choice."""
+    return F.when(keep, F.col(f"_k_{field}"))
+
+
+def _same_as_remembered(r: Column, keep: Column) -> Column:
+    return (
+        (F.coalesce(r["bid"], F.lit("")) == _remembered(keep, "bid"))
+        & (F.coalesce(r["service"], F.lit("")) == _remembered(keep, "service"))
+        & (r["address"] == _remembered(keep, "address"))
+    )
+
+
+def _match(p: str, keep: Column) -> Stages:
     """M1–M7 on one row: the first step with a route wins (§1.4).
 
     M1 routes name the service and the message's broker instance; M2 name the service and no broker
@@ -468,8 +505,11 @@ def _match(p: str) -> Stages:
     has a route and no request is pending (the first such message of a batch only, B4); M5 takes
     routes naming neither service nor broker instance; M6 a virtual LOCAL route when a broker
     instance is given and a database of the instance hosts the service; M7 nothing.
+    Where `keep` holds, M3 keeps the broker instance of the conversation's remembered choice (K2).
     """
     named = F.coalesce(F.col(f"{p}named"), F.array())
+    m3_bids = F.array_sort(F.array_distinct(F.transform(F.col(f"{p}m3"), lambda r: r["bid"])))
+    remembered_bid = _remembered(keep, "bid")
     bid = F.col("bid")
     size = lambda name: F.size(F.col(f"{p}{name}"))  # noqa: E731
     m6 = F.when(
@@ -509,7 +549,7 @@ def _match(p: str) -> Stages:
         (f"{p}m3", F.filter(named, lambda r: bid.isNull() & r["bid"].isNotNull())),
         (
             f"{p}m3_bid",
-            _pick(F.array_sort(F.array_distinct(F.transform(F.col(f"{p}m3"), lambda r: r["bid"])))),
+            F.when(F.array_contains(m3_bids, remembered_bid), remembered_bid).otherwise(_pick(m3_bids)),
         ),
         (f"{p}m3", F.filter(F.col(f"{p}m3"), lambda r: r["bid"] == F.col(f"{p}m3_bid"))),
         (f"{p}m6", m6),
@@ -518,12 +558,13 @@ def _match(p: str) -> Stages:
     ]
 
 
-def _choose(p: str) -> Stages:
+def _choose(p: str, keep: Column) -> Stages:
     """C0–C5 with L1–L5 and T1–T4 on one row: the chosen candidate and where it leads.
 
     C0 keeps one route per (broker instance, service, address); tiers C1 mirror, C2 LOCAL (only
     when L1–L5 locate the service), C3 network address, C4 TRANSPORT (only when T1 finds an address
-    in the service name); C5 picks one in the best non-empty tier.
+    in the service name); C5 picks one in the best non-empty tier: where `keep` holds, the
+    conversation's remembered route while it is in that tier (K2), else the deterministic pick.
     """
     ordered = F.col(f"{p}ordered")
 
@@ -557,6 +598,8 @@ def _choose(p: str) -> Stages:
                         r["name"].alias("name"),
                         r["tier"].alias("tier"),
                         r["address"].alias("address"),
+                        r["bid"].alias("bid"),
+                        r["service"].alias("service"),
                         F.when(r["tier"] == TIER_LOCAL, located(r)).alias("db"),
                         F.when(r["tier"] == TIER_TRANSPORT, transport).otherwise(r["target"]).alias("target"),
                     ),
@@ -571,7 +614,14 @@ def _choose(p: str) -> Stages:
         (f"{p}best", F.array_min(F.transform(usable, lambda r: r["tier"]))),
         # No usable candidate: `service_not_found` when a LOCAL route could not locate the service.
         (f"{p}has_local", F.exists(F.col(f"{p}deduped"), lambda r: r["tier"] == TIER_LOCAL)),
-        (f"{p}chosen", _pick(F.filter(usable, lambda r: r["tier"] == F.col(f"{p}best")))),
+        (f"{p}best_tier", F.filter(usable, lambda r: r["tier"] == F.col(f"{p}best"))),
+        (
+            f"{p}chosen",
+            F.coalesce(
+                F.get(F.filter(F.col(f"{p}best_tier"), lambda r: _same_as_remembered(r, keep)), 0),
+                _pick(F.col(f"{p}best_tier")),
+            ),
+        ),
     ]
 
 
@@ -651,11 +701,12 @@ def _routing_pass(
     scope: Column,
     remote: Column,
     m4_first: Callable[[DataFrame], DataFrame],
+    keep: Column,
 ) -> DataFrame:
     m = _lookup(m, t, ctx, scope, p)
     m = m4_first(m)
-    m = _apply(m, _match(p))
-    m = _apply(m, _choose(p))
+    m = _apply(m, _match(p, keep))
+    m = _apply(m, _choose(p, keep))
     return _apply(m, _fate(p, remote))
 
 
@@ -708,6 +759,22 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
         )
     else:
         m = m.withColumn("_waiting", F.lit(False))
+    # K2: an initiator's message without a broker instance keeps its conversation's earlier choice.
+    keeps_choice = ~remote & F.col("bid").isNull() & ~F.col("from_target")
+    if ctx.choices is not None:
+        choices = ctx.choices
+        m = m.join(
+            choices,
+            (m["instance"] == choices["k_instance"])
+            & (m["conversation_id"] == choices["k_conversation_id"])
+            & (m["origin"] == choices["k_origin"])
+            & (m["service"] == choices["k_service"])
+            & keeps_choice,
+            "left",
+        ).withColumnsRenamed({"k_bid": "_k_bid", "k_route_service": "_k_service", "k_address": "_k_address"})
+        m = m.drop(*CHOICE_KEY_COLUMNS)
+    else:
+        m = m.withColumns({f"_k_{f}": F.lit(None).cast("string") for f in ("bid", "service", "address")})
     s4 = F.broadcast(t.databases)
     same_instance = m["instance"] == s4["e_instance"]
     m = m.join(s4, same_instance & (m["bid"] == s4["e_bid"]) & remote & m["from_target"], "left").drop(
@@ -758,7 +825,7 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
         return apply
 
     local_scope = F.when(remote, F.lit(MSDB)).otherwise(F.col("origin"))
-    m = _routing_pass(m, t, ctx, "a_", local_scope, remote, m4_first("a_", F.lit(True)))
+    m = _routing_pass(m, t, ctx, "a_", local_scope, remote, m4_first("a_", F.lit(True)), F.lit(True))
 
     def sends_here(p: str) -> Column:
         """S5: pass `p` sends the message to this instance's own address."""
@@ -780,7 +847,9 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
             # The B4 ranking below filters on `_loop`: stored first, the optimizer cannot inline
             # the first pass's expressions into that filter (a plan that grows beyond memory).
             m = m.localCheckpoint(eager=True)
-        m = _routing_pass(m, t, ctx, "b_", F.lit(MSDB), incoming, m4_first("b_", in_msdb_table))
+        m = _routing_pass(
+            m, t, ctx, "b_", F.lit(MSDB), incoming, m4_first("b_", in_msdb_table), ~F.col("_loop")
+        )
     else:
         m = m.withColumn("_loop", F.lit(False))
     # A message of msdb's own services that asked for a route in the first pass, but is not the
@@ -790,7 +859,9 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
     if third:
         loops_again = from_msdb & ~F.col("_loop") & sends_here("b_")
         m = m.withColumn("_loop_again", loops_again).localCheckpoint(eager=True)
-        m = _routing_pass(m, t, ctx, "c_", F.lit(MSDB), F.lit(True), m4_first("c_", in_msdb_table))
+        m = _routing_pass(
+            m, t, ctx, "c_", F.lit(MSDB), F.lit(True), m4_first("c_", in_msdb_table), F.lit(False)
+        )
 
     def pick(name: str) -> Column:
         if not t.may_loop_back:
@@ -800,6 +871,12 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
 
     s4_hit = F.col("e_name").isNotNull()
     is_waiting = F.col("_waiting")
+    # K2: what the conversation keeps is the choice made in its own table: pass b's for a message
+    # of msdb's services ranked there, else the first pass's (also when it led back here, S5).
+    own = F.col("a_chosen")
+    if t.may_loop_back:
+        own = F.when(in_msdb_table & ~F.col("_loop"), F.col("b_chosen")).otherwise(own)
+    kept = keeps_choice & ~is_waiting & own.isNotNull()
     decided = m.select(
         *input_cols,
         F.when(is_waiting, F.lit("delayed"))
@@ -820,6 +897,9 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
         .when(pick("outcome") == "forward", F.col("hops_remaining") - 1)
         .alias("d_hops_remaining"),
         F.when(F.col("_loop") | remote, F.lit(MSDB)).otherwise(F.col("origin")).alias("d_scope"),
+        F.when(kept, F.coalesce(own["bid"], F.lit(""))).alias("k_bid"),
+        F.when(kept, F.coalesce(own["service"], F.lit(""))).alias("k_route_service"),
+        F.when(kept, own["address"]).alias("k_address"),
     )
     return decided
 
@@ -851,6 +931,7 @@ def _delay_behind(decided: DataFrame, keep_flag: bool = False) -> DataFrame:
         "d_address": F.lit(None).cast("string"),
         "d_hops_remaining": F.lit(None).cast("int"),
         "requests": F.lit(None).cast("string"),
+        **{c: F.lit(None).cast("string") for c in CHOICE_IDENTITY_COLUMNS},
     }
     out = out.withColumn("_behind", behind)
     out = out.withColumns({c: F.when(F.col("_behind"), v).otherwise(F.col(c)) for c, v in replace.items()})

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TypeVar
@@ -149,6 +150,21 @@ def cases(draw: st.DrawFn) -> RoutingBatch:
     scopes = [d.name for d in databases]
     route_codes = draw(st.lists(st.integers(0, 2**20), max_size=14))
     routes = tuple(_route(n, code, scopes) for n, code in enumerate(route_codes))
+    # Equal candidates (C5, M3): copies of some routes to another address or broker instance.
+    f = Fields(draw(st.integers(0, 2**20)))
+    twins = [
+        replace(
+            f.of(routes),
+            name=f"t{k}",
+            address=f.of(("tcp://c:4022", "tcp://d:4022")),
+            mirror_address=None,
+        )
+        for k in range(f.of((0, 1, 2, 3)) if routes else 0)
+    ]
+    routes += tuple(
+        replace(t, broker_instance=f.of(GUIDS)) if t.broker_instance and f.of((False, True)) else t
+        for t in twins
+    )
     roles = (None, *MirrorRole)
     f = Fields(draw(st.integers(0, len(roles) ** len(MIRRORS) - 1)))
     mirrors = {normalize_address(a): role for a in MIRRORS if (role := f.of(roles)) is not None}
@@ -159,6 +175,16 @@ def cases(draw: st.DrawFn) -> RoutingBatch:
     f = Fields(draw(st.integers(0, 2**16)))
     pending = frozenset((f.of(scopes), f.of(SERVICES[:4])) for _ in range(f.of((0, 1, 2))))
     waiting = frozenset(f.of(conversations) for _ in range(f.of((0, 1, 2, 3))))
+    # K2: remembered choices for some messages' keys, each the identity of a route of the message's
+    # table that could match it, or of a route that is gone.
+    f = Fields(draw(st.integers(0, 2**24)))
+    choices = {}
+    firsts = {m.conversation_id: m for m in reversed(messages) if m.conversation_id not in waiting}
+    keeping = [m for m in firsts.values() if m.remembers_choice] or list(messages)
+    for _ in range(f.of((0, 1, 2, 4))):
+        m = f.of(keeping)
+        fits = [r.identity for r in routes if r.scope == m.origin and r.service in (None, m.service)]
+        choices[m.choice_key] = f.of([*fits, ("", "", "tcp://gone:4022")])
     return RoutingBatch(
         instance=instance,
         routes=routes,
@@ -167,6 +193,7 @@ def cases(draw: st.DrawFn) -> RoutingBatch:
         mirrors=mirrors,
         pending_requests=pending,
         waiting_conversations=waiting,
+        choices=choices,
     )
 
 
@@ -199,8 +226,12 @@ def _rows(result: BatchResult) -> list[tuple[object, ...]]:
 )
 @given(examples=st.lists(cases(), min_size=CASES_PER_EXAMPLE, max_size=CASES_PER_EXAMPLE))
 def test_the_engines_decide_alike(examples: list[RoutingBatch], spark_decider: SparkDecider) -> None:
+    assert_alike(examples, spark_decider.decide_many(examples))
+
+
+def assert_alike(examples: Sequence[RoutingBatch], spark_results: Sequence[BatchResult]) -> None:
+    """Every decision, the MissingRoute requests and the kept choices are the reference engine's."""
     reference = ReferenceEngine()
-    spark_results = spark_decider.decide_many(examples)
     for number, (case, got) in enumerate(zip(examples, spark_results, strict=True)):
         expected = reference.decide(case)
         want_rows, got_rows = _rows(expected), _rows(got)
@@ -209,3 +240,80 @@ def test_the_engines_decide_alike(examples: list[RoutingBatch], spark_decider: S
         first = differences[0] if differences else None
         assert not differences, f"case {number}: {len(differences)} differ, first (reference, spark): {first}"
         assert expected.requests == got.requests, f"case {number}"
+        assert expected.choices == got.choices, f"case {number}"
+
+
+# K2 has its own, narrower cases: in the general ones above few messages both keep a choice and
+# have equal candidates to keep it among. Here every case has equal routes to two services (M2,
+# M3 with several broker instances, wildcards, LOCAL beside network), unpinned conversations of AW
+# and msdb, and remembered choices that are among the candidates, in another tier, or gone.
+
+K2_ADDRESSES = ("tcp://a:4022", "tcp://b:4022", "tcp://c:4022", "LOCAL", "TRANSPORT", OWN)
+K2_SERVICES = ("Orders", "Parts", "tcp://h9:4022/Svc")
+K2_EXAMPLES = 10
+
+
+def _k2_route(n: int, code: int) -> Route:
+    f = Fields(code)
+    return Route(
+        f.of(("AW", "AW", "AW", "msdb")),
+        f"r{n}",
+        f.of(K2_ADDRESSES),
+        service=f.of(("Orders", "Orders", *K2_SERVICES[1:], None)),
+        broker_instance=f.of((None, None, None, GUIDS[1], GUIDS[2])),
+        expires_at=f.of(EXPIRIES),
+    )
+
+
+@st.composite
+def k2_cases(draw: st.DrawFn) -> RoutingBatch:
+    """One case: 4-12 routes of AW and msdb, 1-12 messages, 0-4 remembered choices."""
+    instance = Instance(
+        "i1",
+        OWN,
+        (
+            Database("AW", GUIDS[0], services=("Orders",)),
+            Database("DB2", GUIDS[1], services=("Orders", "Parts")),
+            Database("msdb", GUIDS[4], services=()),
+        ),
+        forwarding=True,
+    )
+    routes = tuple(
+        _k2_route(n, code)
+        for n, code in enumerate(draw(st.lists(st.integers(0, 2**14), min_size=4, max_size=12)))
+    )
+    conversations = ("c0", "c1", "c2", "c3", "c4", "c5")
+    messages = []
+    for n, code in enumerate(draw(st.lists(st.integers(0, 2**10), min_size=1, max_size=12))):
+        f = Fields(code)
+        messages.append(
+            Message(
+                id=f"m{n}",
+                conversation_id=f.of(conversations),
+                service=f.of(("Orders", "Orders", *K2_SERVICES[1:])),
+                origin=f.of(("AW", "AW", "AW", "msdb", REMOTE)),
+                broker_instance=f.of((None, None, None, GUIDS[1])),
+            )
+        )
+    f = Fields(draw(st.integers(0, 2**20)))
+    choices = {}
+    for _ in range(f.of((0, 1, 2, 4))):
+        m = f.of(messages)
+        named = [r.identity for r in routes if r.scope == m.origin and r.service == m.service]
+        choices[m.choice_key] = f.of([*named, ("", m.service, "tcp://gone:4022")])
+    return RoutingBatch(instance=instance, routes=routes, messages=tuple(messages), now=NOW, choices=choices)
+
+
+@settings(
+    max_examples=K2_EXAMPLES,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
+@given(examples=st.lists(k2_cases(), min_size=CASES_PER_EXAMPLE, max_size=CASES_PER_EXAMPLE))
+def test_the_engines_keep_choices_alike(examples: list[RoutingBatch], spark_decider: SparkDecider) -> None:
+    assert_alike(examples, spark_decider.decide_many(examples))

@@ -85,6 +85,7 @@ def batch(
     mirrors: dict[str, MirrorRole] | None = None,
     pending: set[tuple[str, str]] | None = None,
     waiting: set[str] | None = None,
+    choices: dict[tuple[str, str, str], tuple[str, str, str]] | None = None,
 ) -> RoutingBatch:
     return RoutingBatch(
         instance=inst or instance(),
@@ -94,6 +95,7 @@ def batch(
         mirrors=mirrors or {},
         pending_requests=frozenset(pending or ()),
         waiting_conversations=frozenset(waiting or ()),
+        choices=choices or {},
     )
 
 

@@ -132,3 +132,18 @@ def test_c4_transport_last_and_only_when_usable() -> None:
 def test_no_usable_route() -> None:
     assert choose([LOCAL_R], locatable=never) is None
     assert choose([]) is None
+
+
+def test_k2_remembered_identity_wins_while_it_is_a_candidate() -> None:
+    a, b, c = (route("AW", n, f"tcp://{n.lower()}:4022", "S") for n in ("A", "B", "C"))
+    conversation = next(f"c{i}" for i in range(100) if deterministic_index(f"c{i}", 3) == 0)
+    assert pick_one([a, b, c], conversation).name == "A"
+    assert pick_one([a, b, c], conversation, remembered=c.identity).name == "C"
+    assert pick_one([a, b], conversation, remembered=c.identity) == pick_one([a, b], conversation)
+
+
+def test_k2_remembered_identity_only_counts_in_the_best_tier() -> None:
+    chosen = choose_route(
+        [LOCAL_R, NET_R], service="S", conversation_id="c1", locatable=always, remembered=NET_R.identity
+    )
+    assert chosen == Choice(LOCAL_R, "C2")

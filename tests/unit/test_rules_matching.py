@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from rules_factories import AW, DB2, FAR1, FAR2, NOW, acl, batch, decide_one, message, route
+from rules_factories import AW, DB2, ELSEWHERE, FAR1, FAR2, NOW, acl, batch, decide_one, message, route
 
 from streaming.rules.choice import deterministic_index
 from streaming.rules.matching import (
@@ -110,6 +110,18 @@ def test_m3_keeps_the_routes_of_one_broker_picked_by_conversation() -> None:
         expected_broker = sorted([FAR1, FAR2])[deterministic_index(conversation, 2)]
         expected = ["Far1a", "Far1b"] if expected_broker == FAR1 else ["Far2"]
         assert names(picked) == expected
+
+
+def test_k2_m3_keeps_the_remembered_broker_instance() -> None:
+    routes = [route("AW", "One", "tcp://a:4022", "S", FAR1), route("AW", "Two", "tcp://b:4022", "S", FAR2)]
+    for conversation in ("c1", "c2", "c3", "c4"):
+        for kept in routes:
+            picked = m3_service_one_broker(routes, "S", conversation, remembered=kept.identity)
+            assert names(picked) == [kept.name]
+    gone = (ELSEWHERE, "S", "tcp://z:4022")
+    assert m3_service_one_broker(routes, "S", "c1", remembered=gone) == m3_service_one_broker(
+        routes, "S", "c1"
+    )
 
 
 def test_m3_picks_every_broker_over_many_conversations() -> None:
