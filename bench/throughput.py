@@ -1,7 +1,7 @@
 """Routing throughput against a Kafka-to-Kafka pass-through, measured in one run.
 
-usage: python -m bench.throughput [--messages N] [--routes 10,1000,100000] [--bootstrap HOST:PORT]
-                                  [--out bench/RESULTS.md]
+usage: python -m bench.throughput [--messages N] [--routes 10,1000,100000] [--per-batch N]
+                                  [--bootstrap HOST:PORT] [--out bench/RESULTS.md]
 
 For each route-table size it loads a fresh topic namespace with that many routes, produces N
 messages (produced beforehand, not timed) to instance i1's outbound topic, and times two Spark
@@ -12,8 +12,10 @@ Structured Streaming queries over the same records with Trigger.AvailableNow on 
   snapshot and writes every message to its destination topic with decision headers.
 
 Rates are messages per second of query time (start to termination). The ratios are what the run
-reports: router / pass-through per table size, and the router's time with the largest table over
-its time with the smallest. Without --bootstrap it starts the embedded broker on a free port.
+reports: router / pass-through per table size, the router's time with the largest table over its
+time with the smallest, and, with the smallest table, the router's time with conversations' route
+choices kept (K2, the default) over its time without. Without --bootstrap it starts the
+embedded broker on a free port.
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ class Measurement:
     passthrough_s: float
     router_s: float
     messages: int
+    unkept_s: float | None = None
+    """The router's time with conversations' choices not kept (keep_choice_s 0), when measured."""
 
     @property
     def passthrough_rate(self) -> float:
@@ -127,7 +131,9 @@ def produce_messages(bootstrap: str, topic: str, count: int, services: int, seed
     producer.flush(300)
 
 
-def run_passthrough(spark: SparkSession, bootstrap: str, source: str, sink: str, checkpoint: Path) -> float:
+def run_passthrough(
+    spark: SparkSession, bootstrap: str, source: str, sink: str, checkpoint: Path, per_batch: int
+) -> float:
     schema = schema_json("message")
     ensure_topics(bootstrap, [sink], partitions=2)
     stream = (
@@ -135,7 +141,7 @@ def run_passthrough(spark: SparkSession, bootstrap: str, source: str, sink: str,
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", source)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", 10_000_000)
+        .option("maxOffsetsPerTrigger", per_batch)
         .load()
     )
     out = stream.select(F.col("key"), to_avro(from_avro(F.col("value"), schema), schema).alias("value"))
@@ -152,14 +158,17 @@ def run_passthrough(spark: SparkSession, bootstrap: str, source: str, sink: str,
     return time.monotonic() - started
 
 
-def run_router(spark: SparkSession, bootstrap: str, prefix: str, checkpoint: Path) -> tuple[float, int]:
+def run_router(
+    spark: SparkSession, bootstrap: str, prefix: str, checkpoint: Path, per_batch: int, keep_choices: bool
+) -> tuple[float, int]:
     settings = load_settings(
         None,
         instance="i1",
         bootstrap=bootstrap,
         topic_prefix=prefix,
         checkpoint_dir=str(checkpoint),
-        max_offsets_per_trigger=10_000_000,
+        max_offsets_per_trigger=per_batch,
+        keep_choice_s=3600 if keep_choices else 0,
     )
     job = RouterJob(spark, settings)  # loads the route snapshot before the clock starts
     started = time.monotonic()
@@ -189,6 +198,12 @@ def main() -> None:
     )
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--routes", default="10,1000,100000")
+    parser.add_argument(
+        "--per-batch",
+        type=int,
+        default=100_000,
+        help="most records per micro-batch, for both queries (default 100000)",
+    )
     parser.add_argument("--bootstrap")
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("RESULTS.md"))
     args = parser.parse_args()
@@ -215,20 +230,30 @@ def main() -> None:
             produce_messages(bootstrap, outbound, args.messages, services=max(1, count - 2))
             print(f"bench: {count} routes: produced; running the pass-through", flush=True)
             passthrough_s = run_passthrough(
-                spark, bootstrap, outbound, f"{prefix}.passthrough", state / f"{prefix}-pt"
+                spark, bootstrap, outbound, f"{prefix}.passthrough", state / f"{prefix}-pt", args.per_batch
             )
             print(f"bench: {count} routes: pass-through {passthrough_s:.1f}s; running the router", flush=True)
-            router_s, routed = run_router(spark, bootstrap, prefix, state / f"{prefix}-router")
+            router_s, routed = run_router(
+                spark, bootstrap, prefix, state / f"{prefix}-router", args.per_batch, keep_choices=True
+            )
             if routed != args.messages:
                 raise SystemExit(f"bench: the router routed {routed} of {args.messages} messages")
-            m = Measurement(count, passthrough_s, router_s, args.messages)
+            unkept_s = None
+            if not results:  # the cost of keeping choices (K2), once, with the smallest table
+                print(
+                    f"bench: {count} routes: router {router_s:.1f}s; again without kept choices", flush=True
+                )
+                unkept_s, _ = run_router(
+                    spark, bootstrap, prefix, state / f"{prefix}-unkept", args.per_batch, keep_choices=False
+                )
+            m = Measurement(count, passthrough_s, router_s, args.messages, unkept_s)
             results.append(m)
             print(
                 f"bench: {count} routes: pass-through {m.passthrough_rate:,.0f} msg/s, "
                 f"router {m.router_rate:,.0f} msg/s, ratio {m.router_rate / m.passthrough_rate:.2f}",
                 flush=True,
             )
-        report = render(results, args.messages)
+        report = render(results, args.messages, args.per_batch)
         args.out.write_text(report, encoding="utf-8")
         print(report)
     finally:
@@ -237,7 +262,8 @@ def main() -> None:
         shutil.rmtree(state, ignore_errors=True)
 
 
-def render(results: list[Measurement], messages: int) -> str:
+def render(results: list[Measurement], messages: int, per_batch: int) -> str:
+    batches = -(-messages // per_batch)
     lines = [
         "# Routing throughput",
         "",
@@ -246,7 +272,8 @@ def render(results: list[Measurement], messages: int) -> str:
         f"Machine: {machine()}.",
         "",
         f"Each row: {messages:,} messages (90% to services named by routes, 10% to local services),",
-        "produced beforehand to two partitions, then routed with Trigger.AvailableNow on one SparkSession.",
+        "produced beforehand to two partitions, then routed with Trigger.AvailableNow on one SparkSession",
+        f"in {batches} micro-batch(es) of at most {min(per_batch, messages):,} records (both queries).",
         "Pass-through: Kafka source, from_avro, to_avro, Kafka sink, all to one topic.",
         "Router: the router job (decode, decide against the broadcast snapshot, write to each",
         "destination topic with decision headers). Rate = messages / query time.",
@@ -267,6 +294,14 @@ def render(results: list[Measurement], messages: int) -> str:
             f"{large.router_s / small.router_s:.2f} (aim: at most 1.3).",
             "Router over pass-through, aim: 0.7 or better.",
         ]
+    for m in results:
+        if m.unkept_s is not None:
+            lines += [
+                "",
+                f"Keeping conversations' route choices (K2; every message here is an unpinned initiator's): "
+                f"router time with {m.routes:,} routes, kept over not kept: {m.router_s / m.unkept_s:.2f} "
+                f"({m.messages / m.unkept_s:,.0f} msg/s without).",
+            ]
     return "\n".join(lines) + "\n"
 
 

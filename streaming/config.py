@@ -10,6 +10,7 @@ A settings file is YAML; every key is optional but `instance`:
     max_offsets_per_trigger: 200000   # upper bound of records per micro-batch
     spark_master: local[2]            # or spark://host:7077 (env ROUTER_SPARK_MASTER overrides)
     shuffle_partitions: 2
+    keep_choice_s: 3600               # how long an unpinned conversation keeps its chosen route (K2); 0 = off
     kafka_options: {}                 # extra `kafka.*` options for the Spark source and sink
 
 Secrets (SASL passwords in `kafka_options`) are never printed: `describe()` masks them.
@@ -37,6 +38,7 @@ _KNOWN = {
     "max_offsets_per_trigger",
     "spark_master",
     "shuffle_partitions",
+    "keep_choice_s",
     "kafka_options",
 }
 _SECRET_WORDS = ("password", "secret", "jaas", "token", "key")
@@ -54,6 +56,7 @@ class Settings:
     max_offsets_per_trigger: int = 200_000
     spark_master: str = "local[2]"
     shuffle_partitions: int = 2
+    keep_choice_s: float = 3600.0
     kafka_options: Mapping[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
@@ -105,10 +108,13 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
             max_offsets_per_trigger=int(raw.get("max_offsets_per_trigger", 200_000)),
             spark_master=str(raw.get("spark_master", "local[2]")),
             shuffle_partitions=int(raw.get("shuffle_partitions", 2)),
+            keep_choice_s=float(raw.get("keep_choice_s", 3600.0)),
             kafka_options={str(k): str(v) for k, v in (raw.get("kafka_options") or {}).items()},
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: a setting has the wrong type: {exc}") from exc
     if settings.trigger_seconds <= 0 or settings.max_offsets_per_trigger <= 0:
         raise ConfigError(f"{where}: trigger_seconds and max_offsets_per_trigger must be positive")
+    if settings.keep_choice_s < 0:
+        raise ConfigError(f"{where}: keep_choice_s must be 0 (off) or a number of seconds")
     return settings

@@ -92,7 +92,8 @@ CHOICE_SCHEMA = StructType(
 )
 """K2: per (instance, conversation, origin database, target service), the C0 identity of the route
 chosen (broker instance or "", service or "", address). The decisions carry the same three
-identity columns (null when nothing is remembered) for the caller to keep."""
+identity columns (null when nothing is kept) for the caller to keep, and `k_change`: "first"
+when the conversation had no choice, "again" when it had another (its route is gone), else null."""
 
 CHOICE_KEY_COLUMNS = ("k_instance", "k_conversation_id", "k_origin", "k_service")
 CHOICE_IDENTITY_COLUMNS = ("k_bid", "k_route_service", "k_address")
@@ -109,6 +110,7 @@ DECISION_COLUMNS = (
     "d_hops_remaining",
     "d_scope",
     *CHOICE_IDENTITY_COLUMNS,
+    "k_change",
 )
 
 LITERAL_ROWS = 16
@@ -900,6 +902,17 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
         F.when(kept, F.coalesce(own["bid"], F.lit(""))).alias("k_bid"),
         F.when(kept, F.coalesce(own["service"], F.lit(""))).alias("k_route_service"),
         F.when(kept, own["address"]).alias("k_address"),
+        F.when(kept & F.col("_k_address").isNull(), F.lit("first"))
+        .when(
+            kept
+            & ~(
+                (F.coalesce(own["bid"], F.lit("")) == F.col("_k_bid"))
+                & (F.coalesce(own["service"], F.lit("")) == F.col("_k_service"))
+                & (own["address"] == F.col("_k_address"))
+            ),
+            F.lit("again"),
+        )
+        .alias("k_change"),
     )
     return decided
 
@@ -932,6 +945,7 @@ def _delay_behind(decided: DataFrame, keep_flag: bool = False) -> DataFrame:
         "d_hops_remaining": F.lit(None).cast("int"),
         "requests": F.lit(None).cast("string"),
         **{c: F.lit(None).cast("string") for c in CHOICE_IDENTITY_COLUMNS},
+        "k_change": F.lit(None).cast("string"),
     }
     out = out.withColumn("_behind", behind)
     out = out.withColumns({c: F.when(F.col("_behind"), v).otherwise(F.col(c)) for c, v in replace.items()})

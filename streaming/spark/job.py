@@ -13,7 +13,8 @@ Each micro-batch (`RouterJob.process_batch`):
 4. decides with the Spark engine (`streaming.spark.engine.decide`);
 5. writes every message with the Kafka sink's `topic` column to its destination, with the decision
    in its headers; delayed ones to the delayed topic, dropped and discarded ones to the dropped topic;
-6. sends a MissingRoute request for each new M4 request (B3), and saves the driver-held state.
+6. sends a MissingRoute request for each new M4 request (B3), keeps the conversations' route
+   choices (K2, `streaming.spark.choices`, held by the JVM) and saves the driver-held state.
 
 Delivery is at least once: a batch that fails before Spark commits it is run again, and a message
 may then be written twice (receivers drop duplicates, A4). Nothing is lost.
@@ -48,6 +49,7 @@ from streaming.rules.model import (
     MirrorRole,
     normalize_address,
 )
+from streaming.spark.choices import ChoiceStore
 from streaming.spark.engine import (
     ROUTE_SCHEMA,
     Snapshot,
@@ -292,6 +294,15 @@ class RouterJob:
         self.topology = load_topology(settings)
         self.snapshots = RouteSnapshots(spark, settings, self.topology)
         self.ledger = DelayedLedger.load(Path(settings.checkpoint_dir) / "router-state.json")
+        self.choices: ChoiceStore | None = None
+        if settings.keep_choice_s > 0:
+            self.choices = ChoiceStore(
+                spark,
+                Path(settings.checkpoint_dir) / "choices",
+                settings.keep_choice_s,
+                settings.shuffle_partitions,
+            )
+            self.choices.load(datetime.now(timezone.utc))
         self.known_topics: set[str] = set()
         self.batches = 0
         self.routed = 0
@@ -392,7 +403,7 @@ class RouterJob:
             decoded = decoded.repartition("conversation_id").sortWithinPartitions("pos")
         # Decoded once: the rules, the dead-letter branch and the count read the stored rows.
         decoded = decoded.localCheckpoint(eager=True)
-        count = self._route(decoded, snapshot, now)
+        count = self._route(decoded, snapshot, now, batch_id)
         # Index what this batch delayed, so the saved state names every waiting conversation.
         self._scan_delayed()
         self.ledger.save()
@@ -566,8 +577,10 @@ class RouterJob:
             F.coalesce(F.length(F.col("rec.body")), F.lit(0)).cast("long").alias("size_bytes"),
         )
 
-    def _route(self, decoded: DataFrame, snapshot: Snapshot, now: datetime) -> int:
+    def _route(self, decoded: DataFrame, snapshot: Snapshot, now: datetime, batch_id: int) -> int:
         """Decide, write every record to its destination, send MissingRoute requests; return the count.
+
+        The conversations' kept choices (K2) are read before and saved after, in the same batch.
 
         The destination topic is a function of few values (the database and service of a delivery,
         the address of a send), so the distinct destinations of the batch are gathered first, named
@@ -581,9 +594,19 @@ class RouterJob:
             now,
             pending=frozenset((name, scope, service) for scope, service in self.ledger.pending_requests),
             waiting=frozenset((name, conversation) for conversation in self.ledger.waiting_conversations()),
+            choices=self.choices.lookup() if self.choices is not None else None,
         )
         decided = decide(good, snapshot, context).withColumns(_destination_columns())
-        groups = decided.groupBy(*_DEST_KEYS).count().collect()
+        change = F.col("k_change")
+        groups = (
+            decided.groupBy(*_DEST_KEYS)
+            .agg(
+                F.count("*").alias("count"),
+                F.count(F.when(change == "first", 1)).alias("first"),
+                F.count(F.when(change == "again", 1)).alias("again"),
+            )
+            .collect()
+        )
         bad_count = bad.count()
         destinations = [(r["_kind"], r["_db"], r["_svc"], r["_addr"], self._topic_for(r)) for r in groups]
         names = {d[-1] for d in destinations} | ({self.topology.deadletter} if bad_count else set())
@@ -602,6 +625,9 @@ class RouterJob:
             asked = decided.where(F.col("requests").isNotNull()).select("d_scope", "requests")
             requests = [(r["d_scope"], r["requests"]) for r in asked.collect()]
         self._send_requests(requests)
+        if self.choices is not None:
+            first, again = (sum(r[c] for r in groups) for c in ("first", "again"))
+            self.choices.record(decided, batch_id, now, first, again)
         return sum(r["count"] for r in groups) + bad_count
 
     def _topic_for(self, destination: Row) -> str:

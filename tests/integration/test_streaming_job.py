@@ -15,9 +15,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from streaming import topics
 from streaming.config import load_settings
-from streaming.kafka.admin import end_offsets
+from streaming.kafka.admin import end_offsets, ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
-from streaming.rules.model import Database, Instance, Route
+from streaming.rules.model import Database, Instance, Route, normalize_address
 from streaming.spark.job import RouterJob
 from streaming.tables.topic_io import publish_catalogs, put_route
 
@@ -239,3 +239,47 @@ def test_replay_drains_delayed_messages_as_they_fall_due(spark, kafka_bootstrap,
     assert job.ledger.entries == []
     sent = read_all(kafka_bootstrap, topics.inbound_topic("i2", prefix))
     assert [decode_message(v)["message_id"] for _, v in sent] == ["c7:0", "c7:1"]
+
+
+def test_a_conversation_keeps_its_route_across_batches_and_a_restart(
+    spark, kafka_bootstrap, prefix, tmp_path
+):
+    """K2: an unpinned conversation keeps the route of its first message when a route is added.
+
+    c1 and c4 choose between two routes; a third appears; the job is started again from its
+    checkpoint, so the kept choices are read back from it. With three candidates the pick alone
+    would move both conversations (crc32 mod 2 and mod 3 differ for them).
+    """
+    outbound = topics.outbound_topic("i1", prefix)
+    addresses = ["TCP://a:4022", "TCP://b:4022", "TCP://c:4022"]
+    network = [topics.network_topic(normalize_address(a), prefix) for a in addresses]
+    ensure_topics(kafka_bootstrap, network)
+    for name, address in zip("AB", addresses[:2], strict=True):
+        put_route(
+            kafka_bootstrap,
+            Route("AW", f"Balanced{name}", address, service="Balanced"),
+            topics.routes_topic(prefix),
+        )
+    produce(kafka_bootstrap, outbound, [(c, message(c, "Balanced", 0)) for c in ("c1", "c4")])
+    assert replay(spark, kafka_bootstrap, prefix, tmp_path).routed == 2
+    assert any(p.name.startswith("seg-") for p in (tmp_path / "i1" / "choices").iterdir())
+
+    put_route(
+        kafka_bootstrap,
+        Route("AW", "BalancedC", addresses[2], service="Balanced"),
+        topics.routes_topic(prefix),
+    )
+    produce(kafka_bootstrap, outbound, [(c, message(c, "Balanced", 1)) for c in ("c1", "c4")])
+    produce(kafka_bootstrap, outbound, [("c6", message("c6", "Balanced", 0))])
+    job = replay(spark, kafka_bootstrap, prefix, tmp_path)
+    assert job.routed == 3
+    assert job.choices is not None and job.choices.count() == 3
+
+    went: dict[str, str] = {}
+    for topic in network:
+        for headers, value in read_all(kafka_bootstrap, topic):
+            went[decode_message(value)["message_id"]] = headers["route"]
+    assert went["c1:1"] == went["c1:0"]
+    assert went["c4:1"] == went["c4:0"]
+    assert {went["c1:0"], went["c4:0"]} <= {"BalancedA", "BalancedB"}
+    assert went["c6:0"] in {"BalancedA", "BalancedB", "BalancedC"}

@@ -277,3 +277,15 @@ def test_tail_route_tombstone() -> None:
     )
     assert described["tombstone"] is True
     assert "tombstone" in tail.format_record(described)
+
+
+def test_settings_keep_choices_an_hour_unless_told(tmp_path: Path) -> None:
+    from streaming.config import load_settings
+
+    assert load_settings(None, instance="i1").keep_choice_s == 3600
+    path = tmp_path / "s.yaml"
+    path.write_text("instance: i1\nkeep_choice_s: 0\n", encoding="utf-8")
+    assert load_settings(path).keep_choice_s == 0
+    path.write_text("instance: i1\nkeep_choice_s: -1\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="keep_choice_s must be 0"):
+        load_settings(path)
