@@ -351,10 +351,18 @@ class RouterJob:
 
     def start(self, available_now: bool) -> StreamingQuery:
         """Start the query: continuous micro-batches (`run`) or what the topics hold now (`replay`)."""
+        checkpoint = Path(self.settings.checkpoint_dir) / "query"
+        dropped = drop_uncommitted_batch(checkpoint)
+        if dropped is not None:
+            log.warning(
+                "batch %d was planned but not committed before the job stopped; it is planned again "
+                "from the last committed offsets (nothing is skipped)",
+                dropped,
+            )
         writer = (
             self.input_stream(with_tick=not available_now)
             .writeStream.foreachBatch(self.process_batch)
-            .option("checkpointLocation", str(Path(self.settings.checkpoint_dir) / "query"))
+            .option("checkpointLocation", str(checkpoint))
             .queryName(f"router-{self.topology.instance.name}")
         )
         if available_now:
@@ -763,6 +771,27 @@ def _headers(pairs: list[tuple[str, Column]]) -> Column:
         *[F.struct(F.lit(k).alias("key"), v.cast("string").cast("binary").alias("value")) for k, v in pairs]
     )
     return F.filter(entries, lambda h: h["value"].isNotNull())
+
+
+def drop_uncommitted_batch(checkpoint: Path) -> int | None:
+    """Remove the offset-log entry of a batch that was planned but never committed; return its id.
+
+    After a crash the query would run that batch again from the logged offsets, without asking the
+    Kafka source for its latest offsets first, and Spark 4.1.1's Kafka source then fails the
+    batch's progress report with a NullPointerException (SPARK-55271), after the batch's output
+    is written: the job stops once more at every such restart. Without the entry the batch is
+    planned again from the last committed offsets, as a new batch with the same id. Delivery stays
+    at least once: records the lost attempt wrote may be written again, none is skipped.
+    """
+    offsets, commits = checkpoint / "offsets", checkpoint / "commits"
+    planned = [int(p.name) for p in offsets.glob("[0-9]*")] if offsets.is_dir() else []
+    done = [int(p.name) for p in commits.glob("[0-9]*")] if commits.is_dir() else []
+    if not planned or max(planned) <= max(done, default=-1):
+        return None
+    last = max(planned)
+    for path in (offsets / str(last), offsets / f".{last}.crc"):
+        path.unlink(missing_ok=True)
+    return last
 
 
 def run_until_drained(job: RouterJob, max_wait_s: float, progress: Callable[[str], None] = print) -> None:

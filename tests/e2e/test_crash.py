@@ -1,0 +1,197 @@
+"""`router run` killed without warning and started again: every message still ends somewhere.
+
+The job is a subprocess killed with SIGKILL (the driver and its JVM) while it is routing; the same
+command then resumes from the checkpoint. Delivery is at least once: a batch that was not committed
+is routed again, so a message may arrive twice, but none is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from streaming import topics
+from streaming.kafka.admin import end_offsets, ensure_topics
+from streaming.kafka.avro import decode_message, encode_message, new_message_record
+from streaming.rules.model import Database, Instance, Route, normalize_address
+from streaming.tables.topic_io import publish_catalogs, put_route
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+MESSAGES = 6000
+AW = Database("AW", "0a0a0a0a-0000-0000-0000-000000000001", True, ("InitiatorService", "Audit"))
+MSDB = Database("msdb", "0d0d0d0d-0000-0000-0000-000000000001", True, ())
+I1 = Instance("i1", "TCP://i1:4022", (AW, MSDB), retry_s=1.0)
+FAR = ("TCP://a:4022", "TCP://b:4022")
+
+
+def destinations(prefix: str) -> list[str]:
+    """Every topic a message of this test can end in."""
+    return [
+        topics.queue_topic("i1", "AW", "Audit", prefix),
+        *(topics.network_topic(normalize_address(a), prefix) for a in FAR),
+        topics.delayed_topic("i1", prefix),
+        topics.dropped_topic("i1", prefix),
+        topics.deadletter_topic("i1", prefix),
+    ]
+
+
+def routed_ids(bootstrap: str, names: list[str]) -> Counter[str]:
+    """How many times each message id was written to the destination topics."""
+    seen: Counter[str] = Counter()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"crash-{uuid.uuid4()}"})
+    try:
+        for name in names:
+            ends = end_offsets(bootstrap, name)
+            total = sum(ends.values())
+            consumer.assign([TopicPartition(name, p, 0) for p in ends])
+            read = 0
+            while read < total:
+                msg = consumer.poll(10.0)
+                if msg is None:
+                    raise AssertionError(f"{name}: read {read} of {total} records before timing out")
+                if msg.error():
+                    continue
+                read += 1
+                seen[decode_message(msg.value())["message_id"]] += 1
+    finally:
+        consumer.close()
+    return seen
+
+
+def written(bootstrap: str, names: list[str]) -> int:
+    return sum(sum(end_offsets(bootstrap, name).values()) for name in names)
+
+
+@pytest.fixture
+def prefix(kafka_bootstrap: str) -> str:
+    name = f"crash{uuid.uuid4().hex[:8]}"
+    publish_catalogs(kafka_bootstrap, [I1], topics.catalogs_topic(name))
+    for route in (
+        Route("AW", "AutoCreatedLocal", "LOCAL"),
+        Route("msdb", "AutoCreatedLocal", "LOCAL"),
+        *(Route("AW", f"Far{n}", address, service="Far") for n, address in enumerate(FAR)),
+    ):
+        put_route(kafka_bootstrap, route, topics.routes_topic(name))
+    ensure_topics(kafka_bootstrap, destinations(name))
+    return name
+
+
+@pytest.fixture
+def settings_file(tmp_path: Path, kafka_bootstrap: str, prefix: str) -> Path:
+    path = tmp_path / "i1.yaml"
+    path.write_text(
+        f"instance: i1\nbootstrap: {kafka_bootstrap}\ntopic_prefix: {prefix}\n"
+        f"checkpoint_dir: {tmp_path / 'checkpoint'}\ntrigger_seconds: 0.5\nmax_offsets_per_trigger: 400\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The router processes a test starts; any still running at the end are killed."""
+    processes: list[subprocess.Popen[bytes]] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
+
+
+def start_router(
+    settings: Path, log: Path, processes: list[subprocess.Popen[bytes]]
+) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streaming.cli", "run", "--config", str(settings)],
+        cwd=ROOT,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: SIGKILL reaches the JVM too
+    )
+    processes.append(process)
+    return process
+
+
+def wait_for(condition, timeout_s: float, what: str, process: subprocess.Popen[bytes], log: Path) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if process.poll() is not None:
+            raise AssertionError(
+                f"the router exited ({process.returncode}) before {what}:\n{log.read_text()[-3000:]}"
+            )
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {timeout_s} s:\n{log.read_text()[-3000:]}")
+        time.sleep(0.5)
+
+
+def test_a_router_killed_mid_stream_resumes_and_loses_nothing(
+    kafka_bootstrap: str,
+    prefix: str,
+    settings_file: Path,
+    started: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 20})
+    sent = []
+    for n in range(MESSAGES):
+        conversation = f"c{n // 3}"
+        service = "Audit" if n % 4 == 0 else "Far"
+        record = new_message_record(
+            message_id=f"m{n}",
+            conversation_id=conversation,
+            sequence_number=n % 3,
+            to_service=service,
+            from_service="InitiatorService",
+            origin_database="AW",
+            enqueued_at=datetime.now(timezone.utc),
+            body=b"<x/>",
+        )
+        producer.produce(
+            topics.outbound_topic("i1", prefix), key=conversation.encode(), value=encode_message(record)
+        )
+        sent.append(f"m{n}")
+    assert producer.flush(60) == 0
+    names = destinations(prefix)
+    log = tmp_path / "router.log"
+
+    first = start_router(settings_file, log, started)
+    wait_for(lambda: written(kafka_bootstrap, names) > 0, 180, "first routed records", first, log)
+    routed_before = written(kafka_bootstrap, names)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(30)
+    assert routed_before < MESSAGES, "the router finished before it was killed: nothing was interrupted"
+
+    second = start_router(settings_file, log, started)
+    wait_for(
+        lambda: (
+            written(kafka_bootstrap, names) >= MESSAGES
+            and set(routed_ids(kafka_bootstrap, names)) >= set(sent)
+        ),
+        300,
+        "every message routed after the restart",
+        second,
+        log,
+    )
+    os.killpg(second.pid, signal.SIGINT)
+    second.wait(60)
+
+    counts = routed_ids(kafka_bootstrap, names)
+    assert set(counts) == set(sent), "every message ends somewhere, and nothing else appears"
+    far = routed_ids(kafka_bootstrap, names[1:3])
+    audit = routed_ids(kafka_bootstrap, names[:1])
+    assert set(audit) == {f"m{n}" for n in range(0, MESSAGES, 4)}
+    assert set(far) == set(sent) - set(audit)
+    assert (tmp_path / "checkpoint" / "choices").is_dir()

@@ -1,0 +1,36 @@
+"""The job's start-up repair of its query checkpoint (no Spark session needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streaming.spark.job import drop_uncommitted_batch
+
+
+def log(folder: Path, *batches: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for batch in batches:
+        (folder / str(batch)).write_text("v1\n{}\n")
+        (folder / f".{batch}.crc").write_text("crc")
+
+
+def test_a_planned_batch_without_a_commit_is_planned_again(tmp_path: Path) -> None:
+    log(tmp_path / "offsets", 0, 1, 2)
+    log(tmp_path / "commits", 0, 1)
+    assert drop_uncommitted_batch(tmp_path) == 2
+    assert sorted(p.name for p in (tmp_path / "offsets").iterdir()) == [".0.crc", ".1.crc", "0", "1"]
+    assert drop_uncommitted_batch(tmp_path) is None
+
+
+def test_a_checkpoint_whose_batches_are_all_committed_is_left_alone(tmp_path: Path) -> None:
+    log(tmp_path / "offsets", 0, 1)
+    log(tmp_path / "commits", 0, 1)
+    assert drop_uncommitted_batch(tmp_path) is None
+    assert len(list((tmp_path / "offsets").iterdir())) == 4
+
+
+def test_a_first_batch_that_never_committed_and_a_new_checkpoint(tmp_path: Path) -> None:
+    assert drop_uncommitted_batch(tmp_path / "missing") is None
+    log(tmp_path / "offsets", 0)
+    assert drop_uncommitted_batch(tmp_path) == 0
+    assert list((tmp_path / "offsets").iterdir()) == []
