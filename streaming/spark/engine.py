@@ -13,7 +13,9 @@ rows they concern.
 
 The arbitrary choices of the spec are the reference engine's deterministic ones: index
 `crc32(conversation_id) % n` over the candidates sorted by their C0 identity (C5) and over the
-distinct broker instances in M3; L3 tries the origin database first, then catalog order.
+distinct broker instances in M3; L3 tries the origin database first, then catalog order. An
+unpinned initiator's message keeps its conversation's earlier choice while it is a candidate (K2):
+the batch context's `choices` table is joined by key, and each decision reports what to keep.
 """
 
 from __future__ import annotations
