@@ -214,8 +214,7 @@ def _rows(result: BatchResult) -> list[tuple[object, ...]]:
     return [(d.id, *(getattr(d, f) for f in FIELDS)) for d in result.decisions]
 
 
-@settings(
-    max_examples=EXAMPLES,
+AGREEMENT = settings(
     derandomize=True,  # the same examples in every run: CI stays reproducible
     deadline=None,
     suppress_health_check=[
@@ -224,6 +223,9 @@ def _rows(result: BatchResult) -> list[tuple[object, ...]]:
         HealthCheck.data_too_large,
     ],
 )
+
+
+@settings(AGREEMENT, max_examples=EXAMPLES)
 @given(examples=st.lists(cases(), min_size=CASES_PER_EXAMPLE, max_size=CASES_PER_EXAMPLE))
 def test_the_engines_decide_alike(examples: list[RoutingBatch], spark_decider: SparkDecider) -> None:
     assert_alike(examples, spark_decider.decide_many(examples))
@@ -304,16 +306,7 @@ def k2_cases(draw: st.DrawFn) -> RoutingBatch:
     return RoutingBatch(instance=instance, routes=routes, messages=tuple(messages), now=NOW, choices=choices)
 
 
-@settings(
-    max_examples=K2_EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.function_scoped_fixture,
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-    ],
-)
+@settings(AGREEMENT, max_examples=K2_EXAMPLES)
 @given(examples=st.lists(k2_cases(), min_size=CASES_PER_EXAMPLE, max_size=CASES_PER_EXAMPLE))
 def test_the_engines_keep_choices_alike(examples: list[RoutingBatch], spark_decider: SparkDecider) -> None:
     assert_alike(examples, spark_decider.decide_many(examples))
