@@ -146,27 +146,16 @@ def decide_message(
     )
     if choice is None:
         return not_routed(message, snapshot, scope, match, no_usable_route_reason(match))
-    decision = decide_with_route(message, snapshot, scope, match, choice, pending_requests)
+    database = destination_database(message, choice.route, snapshot) if choice.step == C2 else None
+    if database is not None:
+        decision = replace(
+            chosen(message, snapshot, scope, match, choice, Outcome.DELIVER), database=database.name
+        )
+    else:
+        decision = leave_instance(message, snapshot, scope, match, choice, pending_requests)
     if message.remembers_choice:
         return replace(decision, remembered=choice.route.identity)
     return decision
-
-
-def decide_with_route(
-    message: Message,
-    snapshot: RouteSnapshot,
-    scope: str,
-    match: Match,
-    choice: Choice,
-    pending_requests: Set[tuple[str, str]],
-) -> Decision:
-    """Deliver with a chosen LOCAL route (L1-L4), or leave the instance with another route."""
-    database = destination_database(message, choice.route, snapshot) if choice.step == C2 else None
-    if database is not None:
-        return replace(
-            chosen(message, snapshot, scope, match, choice, Outcome.DELIVER), database=database.name
-        )
-    return leave_instance(message, snapshot, scope, match, choice, pending_requests)
 
 
 def leave_instance(
