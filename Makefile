@@ -12,7 +12,7 @@ TEST_WORKERS ?= 2
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-setup: ## create .venv, install Python deps, copy the Kafka and Spark jars (only what changed)
+setup: ## create .venv, install Python deps, copy the Kafka and Spark jars, compile jvm/state (only what changed)
 	@bash scripts/setup.sh
 
 demo: setup ## run the demo: broker, routes, messages routed end to end by the Spark job

@@ -1,9 +1,10 @@
-"""Where the JVM jars live: the Kafka connector for Spark and the embedded Kafka broker.
+"""Where the JVM jars live: the Kafka connector for Spark, the router's state processor, the broker.
 
 `scripts/setup.sh` (`make setup`) copies them from Maven Central into the git-ignored cache:
 
     <project root>/.cache/jars/spark/   jvm/spark/pom.xml: spark-sql-kafka-0-10 and its runtime jars
     <project root>/.cache/jars/kafka/   jvm/kafka/pom.xml: kafka_2.13 (KRaft broker) and log4j2
+    <project root>/.cache/jars/router/  router-state.jar: jvm/state/src compiled against pyspark's jars
 
 The project root is the nearest folder above this file that holds `pyproject.toml`; the environment
 variable `ROUTER_CACHE_DIR` names another cache folder (for an installed, non-editable copy, as in the
@@ -91,6 +92,11 @@ def spark_connector_jars() -> list[Path]:
     return [
         jar for jar in _cached_jars("spark", "Spark Kafka connector") if artifact_name(jar) not in shipped
     ]
+
+
+def router_state_jar() -> Path:
+    """Return the jar of the router's own JVM classes (`router.state.ChoiceKeeper`, K2's state)."""
+    return _cached_jars("router", "router state processor")[0]
 
 
 def kafka_broker_classpath() -> list[Path]:

@@ -7,6 +7,7 @@
     {prefix}.{instance}.queue.{db}.{service} a local service queue (deliver)
     {prefix}.-net.{address}                  a network address no known instance answers to
     {prefix}.{instance}.delayed              delayed messages, Kafka timestamp = when due
+    {prefix}.{instance}.choices              compacted: route choices the router's decisions made (K2)
     {prefix}.{instance}.dropped              dropped and discarded messages with their reason
     {prefix}.{instance}.deadletter           records that could not be decoded, with the error
 
@@ -71,6 +72,11 @@ def network_topic(normalized_address: str, prefix: str = DEFAULT_PREFIX) -> str:
 def delayed_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
     """The instance's delayed messages, each due retry_s after it was written."""
     return f"{prefix}.{escape(instance)}.delayed"
+
+
+def choices_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """The route choices the instance's router made for conversations (K2), read back by it."""
+    return f"{prefix}.{escape(instance)}.choices"
 
 
 def dropped_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:

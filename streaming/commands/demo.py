@@ -144,12 +144,13 @@ def _service_for(conversation: int) -> str:
     return SERVICES[-1][0]
 
 
+_NOT_DESTINATIONS = (".outbound", ".routes", ".catalogs", ".mirrors", ".choices")
+
+
 def _summary(bootstrap: str, prefix: str) -> str:
     """Count the records of every destination topic under `prefix` by their outcome header."""
     destinations = sorted(
-        t
-        for t in topic_names(bootstrap)
-        if t.startswith(f"{prefix}.") and not t.endswith((".outbound", ".routes", ".catalogs", ".mirrors"))
+        t for t in topic_names(bootstrap) if t.startswith(f"{prefix}.") and not t.endswith(_NOT_DESTINATIONS)
     )
     counts: Counter[tuple[str, str]] = Counter()
     consumer = Consumer(

@@ -23,6 +23,7 @@ from streaming.rules.model import (
 from streaming.spark.engine import (
     CHOICE_SCHEMA,
     MESSAGE_SCHEMA,
+    attach_choices,
     batch_context,
     build_snapshot,
     decide,
@@ -112,18 +113,14 @@ class SparkDecider:
                 for key, batch in zip(keys, batches, strict=True)
                 for conversation in batch.waiting_conversations
             ),
-            choices=local_frame(
-                self.spark,
-                [
-                    (key, *choice_key, *identity)
-                    for key, batch in zip(keys, batches, strict=True)
-                    for choice_key, identity in sorted(batch.choices.items())
-                ],
-                CHOICE_SCHEMA,
-            )
-            if any(batch.choices for batch in batches)
-            else None,
         )
+        kept = [
+            (key, *choice_key, *identity)
+            for key, batch in zip(keys, batches, strict=True)
+            for choice_key, identity in sorted(batch.choices.items())
+        ]
+        if kept:
+            messages = attach_choices(messages, local_frame(self.spark, kept, CHOICE_SCHEMA))
         result = decide(messages, snapshot, context).orderBy("pos").collect()
         by_key: dict[str, list[Row]] = {key: [] for key in keys}
         for row in result:

@@ -15,7 +15,8 @@ The arbitrary choices of the spec are the reference engine's deterministic ones:
 `crc32(conversation_id) % n` over the candidates sorted by their C0 identity (C5) and over the
 distinct broker instances in M3; L3 tries the origin database first, then catalog order. An
 unpinned initiator's message keeps its conversation's earlier choice while it is a candidate (K2):
-the batch context's `choices` table is joined by key, and each decision reports what to keep.
+each message carries what its conversation kept (`KEPT_COLUMNS`), and each decision reports what
+to keep.
 """
 
 from __future__ import annotations
@@ -99,6 +100,10 @@ when the conversation had no choice, "again" when it had another (its route is g
 
 CHOICE_KEY_COLUMNS = ("k_instance", "k_conversation_id", "k_origin", "k_service")
 CHOICE_IDENTITY_COLUMNS = ("k_bid", "k_route_service", "k_address")
+KEPT_COLUMNS = ("kept_bid", "kept_route_service", "kept_address")
+"""Message columns: the identity its conversation kept (K2) for its origin and service, or null.
+The streaming job's state processor sets them (`streaming.spark.state`); `attach_choices` joins
+them from a CHOICE_SCHEMA table. Without them, a message keeps nothing."""
 
 DECISION_COLUMNS = (
     "outcome",
@@ -165,8 +170,6 @@ class BatchContext:
     """w_instance, w_conversation_id: conversations with a delayed message waiting (D1)."""
     has_pending: bool
     has_waiting: bool
-    choices: DataFrame | None = None
-    """CHOICE_SCHEMA: the route identity each unpinned conversation chose before (K2), or None."""
 
 
 def batch_context(
@@ -174,12 +177,10 @@ def batch_context(
     now: datetime,
     pending: frozenset[tuple[str, str, str]] = frozenset(),
     waiting: frozenset[tuple[str, str]] = frozenset(),
-    choices: DataFrame | None = None,
 ) -> BatchContext:
     """Return the per-batch inputs as small DataFrames.
 
     `pending` holds (instance, scope, service) and `waiting` (instance, conversation id).
-    `choices` (CHOICE_SCHEMA) is the conversations' remembered routes (K2), kept by the JVM.
     """
     return BatchContext(
         now=now,
@@ -187,7 +188,21 @@ def batch_context(
         waiting=local_frame(spark, sorted(waiting), "w_instance string, w_conversation_id string"),
         has_pending=bool(pending),
         has_waiting=bool(waiting),
-        choices=choices,
+    )
+
+
+def attach_choices(messages: DataFrame, choices: DataFrame) -> DataFrame:
+    """Add `KEPT_COLUMNS` to messages from a CHOICE_SCHEMA table, joined by key (K2)."""
+    joined = messages.join(
+        F.broadcast(choices),
+        (messages["instance"] == choices["k_instance"])
+        & (messages["conversation_id"] == choices["k_conversation_id"])
+        & (messages["origin"] == choices["k_origin"])
+        & (messages["service"] == choices["k_service"]),
+        "left",
+    )
+    return joined.withColumnsRenamed(dict(zip(CHOICE_IDENTITY_COLUMNS, KEPT_COLUMNS, strict=True))).drop(
+        *CHOICE_KEY_COLUMNS
     )
 
 
@@ -765,20 +780,13 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
         m = m.withColumn("_waiting", F.lit(False))
     # K2: an initiator's message without a broker instance keeps its conversation's earlier choice.
     keeps_choice = ~remote & F.col("bid").isNull() & ~F.col("from_target")
-    if ctx.choices is not None:
-        choices = ctx.choices
-        m = m.join(
-            choices,
-            (m["instance"] == choices["k_instance"])
-            & (m["conversation_id"] == choices["k_conversation_id"])
-            & (m["origin"] == choices["k_origin"])
-            & (m["service"] == choices["k_service"])
-            & keeps_choice,
-            "left",
-        ).withColumnsRenamed({"k_bid": "_k_bid", "k_route_service": "_k_service", "k_address": "_k_address"})
-        m = m.drop(*CHOICE_KEY_COLUMNS)
-    else:
-        m = m.withColumns({f"_k_{f}": F.lit(None).cast("string") for f in ("bid", "service", "address")})
+    carried = all(c in messages.columns for c in KEPT_COLUMNS)
+    m = m.withColumns(
+        {
+            f"_k_{f}": F.when(keeps_choice, F.col(c) if carried else F.lit(None).cast("string"))
+            for f, c in zip(("bid", "service", "address"), KEPT_COLUMNS, strict=True)
+        }
+    )
     s4 = F.broadcast(t.databases)
     same_instance = m["instance"] == s4["e_instance"]
     m = m.join(s4, same_instance & (m["bid"] == s4["e_bid"]) & remote & m["from_target"], "left").drop(

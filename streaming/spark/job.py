@@ -1,20 +1,25 @@
 """The Spark Structured Streaming job that routes one instance's traffic.
 
 Sources (the Spark Kafka connector): the instance's outbound topic (messages its own services send;
-origin = the sending database) and inbound topic (messages from other instances; origin = remote,
-whatever the record claims). `router run` adds Spark's rate source as a one-row-per-second tick,
-so that a micro-batch runs, and delayed messages fall due, even when no traffic arrives.
+origin = the sending database), inbound topic (messages from other instances; origin = remote,
+whatever the record claims) and choices topic (the route choices its decisions made, K2).
+`router run` adds Spark's rate source as a one-row-per-second tick, so that a micro-batch runs,
+and delayed messages fall due, even when no traffic arrives.
+
+Inside the query, before the micro-batch: every record is decoded with `from_avro`, and the
+conversations' kept choices are attached to their messages by a stateful JVM processor whose
+state is in Spark's state store (`streaming.spark.state`).
 
 Each micro-batch (`RouterJob.process_batch`):
 1. refreshes the route snapshot when the routes topic's end offsets changed (`RouteSnapshots`);
 2. takes the delayed messages that are due (`DelayedLedger`), ahead of the new ones;
-3. decodes every record with `from_avro`; a record that does not decode, or names an unknown
-   origin database, goes to the dead-letter topic with its error;
+3. a record that does not decode, or names an unknown origin database, goes to the dead-letter
+   topic with its error;
 4. decides with the Spark engine (`streaming.spark.engine.decide`);
 5. writes every message with the Kafka sink's `topic` column to its destination, with the decision
    in its headers; delayed ones to the delayed topic, dropped and discarded ones to the dropped topic;
-6. sends a MissingRoute request for each new M4 request (B3), keeps the conversations' route
-   choices (K2, `streaming.spark.choices`, held by the JVM) and saves the driver-held state.
+   the choices the decisions made go to the choices topic in the same write;
+6. sends a MissingRoute request for each new M4 request (B3) and saves the driver-held state.
 
 Delivery is at least once: a batch that fails before Spark commits it is run again, and a message
 may then be written twice (receivers drop duplicates, A4). Nothing is lost.
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -49,8 +55,8 @@ from streaming.rules.model import (
     MirrorRole,
     normalize_address,
 )
-from streaming.spark.choices import ChoiceStore
 from streaming.spark.engine import (
+    KEPT_COLUMNS,
     ROUTE_SCHEMA,
     Snapshot,
     batch_context,
@@ -59,6 +65,7 @@ from streaming.spark.engine import (
     local_frame,
     normalize_address_sql,
 )
+from streaming.spark.state import as_choices, as_messages, choice_records, keep_choices, without_kept
 from streaming.tables.topic_io import read_catalogs, read_latest
 
 log = logging.getLogger("streaming.job")
@@ -102,6 +109,11 @@ class Topology:
     def delayed(self) -> str:
         """Delayed messages."""
         return topics.delayed_topic(self.instance.name, self.prefix)
+
+    @property
+    def choices(self) -> str:
+        """The route choices its decisions made (compacted; read back by the query, K2)."""
+        return topics.choices_topic(self.instance.name, self.prefix)
 
     @property
     def dropped(self) -> str:
@@ -294,15 +306,6 @@ class RouterJob:
         self.topology = load_topology(settings)
         self.snapshots = RouteSnapshots(spark, settings, self.topology)
         self.ledger = DelayedLedger.load(Path(settings.checkpoint_dir) / "router-state.json")
-        self.choices: ChoiceStore | None = None
-        if settings.keep_choice_s > 0:
-            self.choices = ChoiceStore(
-                spark,
-                Path(settings.checkpoint_dir) / "choices",
-                settings.keep_choice_s,
-                settings.shuffle_partitions,
-            )
-            self.choices.load(datetime.now(timezone.utc))
         self.known_topics: set[str] = set()
         self.batches = 0
         self.routed = 0
@@ -314,7 +317,11 @@ class RouterJob:
         )
         ensure_topics(
             settings.bootstrap,
-            [topics.routes_topic(settings.topic_prefix), mirrors_topic(settings.topic_prefix)],
+            [
+                topics.routes_topic(settings.topic_prefix),
+                mirrors_topic(settings.topic_prefix),
+                self.topology.choices,
+            ],
             compacted=True,
         )
         # Route nothing before the whole routes topic has been read once.
@@ -322,21 +329,40 @@ class RouterJob:
 
     # --- the streaming query ------------------------------------------------------------------
 
+    @property
+    def keeps_choices(self) -> bool:
+        """Whether conversations keep their route choices (K2): `keep_choice_s` > 0."""
+        return self.settings.keep_choice_s > 0
+
     def input_stream(self, with_tick: bool) -> DataFrame:
-        """The outbound and inbound topics (and, for `run`, a one-row-per-second tick)."""
+        """The decoded messages, each with its conversation's kept choice (see the module docstring).
+
+        Read from the outbound and inbound topics (and, for `run`, a one-row-per-second tick, whose
+        rows `process_batch` leaves out); the choices topic feeds the state processor.
+        """
+        t = self.topology
+        sources = [t.outbound, t.inbound, *([t.choices] if self.keeps_choices else [])]
         kafka = (
             self.spark.readStream.format("kafka")
             .options(**kafka_options(self.settings))
-            .option("subscribe", f"{self.topology.outbound},{self.topology.inbound}")
+            .option("subscribe", ",".join(sources))
             .option("startingOffsets", "earliest")
             .option("failOnDataLoss", "false")
             .option("maxOffsetsPerTrigger", str(self.settings.max_offsets_per_trigger))
             .load()
-            .select("topic", "partition", "offset", "value")
+            .select("topic", "partition", "offset", "value", "timestamp")
         )
-        if not with_tick:
-            return kafka
-        tick = (
+        if with_tick:
+            kafka = kafka.unionByName(self._tick())
+        is_choice = F.col("topic").eqNullSafe(t.choices)
+        messages = self._decode(kafka.where(~is_choice))
+        if not self.keeps_choices:
+            return without_kept(messages)
+        rows = as_messages(messages).unionByName(as_choices(kafka.where(is_choice), messages))
+        return keep_choices(rows, self.settings.keep_choice_s)
+
+    def _tick(self) -> DataFrame:
+        return (
             self.spark.readStream.format("rate")
             .option("rowsPerSecond", 1)
             .load()
@@ -345,9 +371,9 @@ class RouterJob:
                 F.lit(-1).alias("partition"),
                 F.col("value").alias("offset"),
                 F.lit(None).cast("binary").alias("value"),
+                F.col("timestamp"),
             )
         )
-        return kafka.unionByName(tick)
 
     def start(self, available_now: bool) -> StreamingQuery:
         """Start the query: continuous micro-batches (`run`) or what the topics hold now (`replay`)."""
@@ -359,6 +385,10 @@ class RouterJob:
                 "from the last committed offsets (nothing is skipped)",
                 dropped,
             )
+        # A batch runs only when a source has new records (`run` has its tick). Otherwise the state
+        # processor's watermark would add a batch without data after each one, and that batch would
+        # re-route delayed messages that fell due in the meantime, past the end of a replay.
+        self.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
         writer = (
             self.input_stream(with_tick=not available_now)
             .writeStream.foreachBatch(self.process_batch)
@@ -401,17 +431,15 @@ class RouterJob:
         retry_ms = int(self.topology.instance.retry_s * 1000)
         self._scan_delayed()
         due = self.ledger.take_due(int(now.timestamp() * 1000), retry_ms)
-        records = batch.where(F.col("topic").isNotNull())
+        decoded = batch.where(F.col("topic").isNotNull())
         if due:
-            records = self._due_records(due).unionByName(records)
-        decoded = self._decode(records)
-        if due:
+            decoded = self._due_messages(due).unionByName(decoded)
             # Due records come from another topic than the new ones: put each conversation's
             # records in one partition, in batch order, so that one task writes them in order.
             decoded = decoded.repartition("conversation_id").sortWithinPartitions("pos")
         # Decoded once: the rules, the dead-letter branch and the count read the stored rows.
         decoded = decoded.localCheckpoint(eager=True)
-        count = self._route(decoded, snapshot, now, batch_id)
+        count = self._route(decoded, snapshot, now)
         # Index what this batch delayed, so the saved state names every waiting conversation.
         self._scan_delayed()
         self.ledger.save()
@@ -447,7 +475,8 @@ class RouterJob:
 
     def release_due(self) -> int:
         """Re-route the delayed messages that are due now, outside the query (replay drains)."""
-        empty = local_frame(self.spark, [], "topic string, partition int, offset long, value binary")
+        raw = local_frame(self.spark, [], "topic string, partition int, offset long, value binary")
+        empty = without_kept(self._decode(raw))
         before = self.routed
         self.process_batch(empty, -1)
         return self.routed - before
@@ -476,8 +505,8 @@ class RouterJob:
             )
         self.ledger.scanned = dict(ends)
 
-    def _due_records(self, due: list[DelayedEntry]) -> DataFrame:
-        """The due records' bytes, read back from the delayed topic."""
+    def _due_messages(self, due: list[DelayedEntry]) -> DataFrame:
+        """The due records, read back from the delayed topic, decoded, with the choice they kept."""
         topic = self.topology.delayed
         starts: dict[int, int] = {}
         ends: dict[int, int] = {}
@@ -491,16 +520,22 @@ class RouterJob:
             .option("subscribe", topic)
             .option("startingOffsets", _offsets_json(topic, starts))
             .option("endingOffsets", _offsets_json(topic, ends))
+            .option("includeHeaders", "true")
             .load()
         )
-        return raw.join(
+        records = raw.join(
             F.broadcast(wanted),
             (raw["partition"] == wanted["w_p"]) & (raw["offset"] == wanted["w_o"]),
             "left_semi",
-        ).select("topic", "partition", "offset", "value")
+        )
+        kept = {c: _header_value(c) for c in KEPT_COLUMNS}
+        return self._decode(records.withColumns(kept), passed=KEPT_COLUMNS)
 
-    def _decode(self, records: DataFrame) -> DataFrame:
-        """Decode each record; `error` says why one is malformed (it then goes to the dead-letter topic)."""
+    def _decode(self, records: DataFrame, passed: tuple[str, ...] = ()) -> DataFrame:
+        """Decode each record; `error` says why one is malformed (it then goes to the dead-letter topic).
+
+        The `passed` columns of `records` are kept as they are.
+        """
         t = self.topology
         source = (
             F.when(F.col("topic") == t.delayed, SOURCE_DELAYED)
@@ -583,12 +618,11 @@ class RouterJob:
             F.coalesce(F.col("rec.hops_remaining"), F.lit(16)).alias("hops_remaining"),
             ttl_s.cast("double").alias("ttl_s"),
             F.coalesce(F.length(F.col("rec.body")), F.lit(0)).cast("long").alias("size_bytes"),
+            *passed,
         )
 
-    def _route(self, decoded: DataFrame, snapshot: Snapshot, now: datetime, batch_id: int) -> int:
+    def _route(self, decoded: DataFrame, snapshot: Snapshot, now: datetime) -> int:
         """Decide, write every record to its destination, send MissingRoute requests; return the count.
-
-        The conversations' kept choices (K2) are read before and saved after, in the same batch.
 
         The destination topic is a function of few values (the database and service of a delivery,
         the address of a send), so the distinct destinations of the batch are gathered first, named
@@ -602,19 +636,9 @@ class RouterJob:
             now,
             pending=frozenset((name, scope, service) for scope, service in self.ledger.pending_requests),
             waiting=frozenset((name, conversation) for conversation in self.ledger.waiting_conversations()),
-            choices=self.choices.lookup() if self.choices is not None else None,
         )
         decided = decide(good, snapshot, context).withColumns(_destination_columns())
-        change = F.col("k_change")
-        groups = (
-            decided.groupBy(*_DEST_KEYS)
-            .agg(
-                F.count("*").alias("count"),
-                F.count(F.when(change == "first", 1)).alias("first"),
-                F.count(F.when(change == "again", 1)).alias("again"),
-            )
-            .collect()
-        )
+        groups = decided.groupBy(*_DEST_KEYS).agg(F.count("*").alias("count")).collect()
         bad_count = bad.count()
         destinations = [(r["_kind"], r["_db"], r["_svc"], r["_addr"], self._topic_for(r)) for r in groups]
         names = {d[-1] for d in destinations} | ({self.topology.deadletter} if bad_count else set())
@@ -627,15 +651,14 @@ class RouterJob:
         out = self._output_rows(decided, table, snapshot, now)
         if bad_count:
             out = out.unionByName(self._deadletter_rows(bad, now))
+        if self.keeps_choices:
+            out = out.unionByName(choice_records(decided, self.topology.choices))
         out.write.format("kafka").options(**kafka_options(self.settings)).save()
         requests: list[tuple[str, str]] = []
         if snapshot.has_bcn:  # M4 needs a route to the dynamic routing service
             asked = decided.where(F.col("requests").isNotNull()).select("d_scope", "requests")
             requests = [(r["d_scope"], r["requests"]) for r in asked.collect()]
         self._send_requests(requests)
-        if self.choices is not None:
-            first, again = (sum(r[c] for r in groups) for c in ("first", "again"))
-            self.choices.record(decided, batch_id, now, first, again)
         return sum(r["count"] for r in groups) + bad_count
 
     def _topic_for(self, destination: Row) -> str:
@@ -684,6 +707,8 @@ class RouterJob:
                 ("decided_at", F.lit(decided_at)),
                 ("router_instance", F.lit(t.instance.name)),
                 ("due_at", F.when(outcome == "delayed", F.lit(due_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")))),
+                # K2: a delayed message takes its conversation's kept choice along (`_due_messages`).
+                *[(c, F.when(outcome == "delayed", F.col(c))) for c in KEPT_COLUMNS],
             ]
         )
         # Every row has a destination: the table holds each (kind, db, svc, addr) the batch has.
@@ -773,6 +798,12 @@ def _headers(pairs: list[tuple[str, Column]]) -> Column:
     return F.filter(entries, lambda h: h["value"].isNotNull())
 
 
+def _header_value(name: str) -> Column:
+    """The value of a record's first Kafka header called `name`, as a string (null when none)."""
+    named = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
+    return F.get(named, 0)["value"].cast("string")
+
+
 def drop_uncommitted_batch(checkpoint: Path) -> int | None:
     """Remove the offset-log entry of a batch that was planned but never committed; return its id.
 
@@ -782,6 +813,9 @@ def drop_uncommitted_batch(checkpoint: Path) -> int | None:
     is written: the job stops once more at every such restart. Without the entry the batch is
     planned again from the last committed offsets, as a new batch with the same id. Delivery stays
     at least once: records the lost attempt wrote may be written again, none is skipped.
+
+    When no batch was ever committed, the query starts anew, and Spark wants an empty state folder
+    for a first batch: the state the lost attempt wrote (`state/`) is removed with its entry.
     """
     offsets, commits = checkpoint / "offsets", checkpoint / "commits"
     planned = [int(p.name) for p in offsets.glob("[0-9]*")] if offsets.is_dir() else []
@@ -791,6 +825,8 @@ def drop_uncommitted_batch(checkpoint: Path) -> int | None:
     last = max(planned)
     for path in (offsets / str(last), offsets / f".{last}.crc"):
         path.unlink(missing_ok=True)
+    if not done:
+        shutil.rmtree(checkpoint / "state", ignore_errors=True)
     return last
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from streaming.jars import spark_connector_jars
+from streaming.jars import router_state_jar, spark_connector_jars
 
 
 def build_session(
@@ -16,13 +16,13 @@ def build_session(
     shuffle_partitions: int = 2,
     extra_conf: dict[str, str] | None = None,
 ) -> SparkSession:
-    """Return a SparkSession with the Kafka connector jars on `spark.jars` and small-machine defaults.
+    """Return a SparkSession with the Kafka connector and router jars on `spark.jars`, small-machine defaults.
 
     `master` defaults to env `ROUTER_SPARK_MASTER` or `local[2]`. A Spark cluster is used by passing
     its master URL (`spark://host:7077`); the jars are shipped to the executors through `spark.jars`.
     """
     master = master or os.environ.get("ROUTER_SPARK_MASTER", "local[2]")
-    jars = ",".join(str(p) for p in spark_connector_jars())
+    jars = ",".join(str(p) for p in [*spark_connector_jars(), router_state_jar()])
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master)

@@ -194,4 +194,5 @@ def test_a_router_killed_mid_stream_resumes_and_loses_nothing(
     audit = routed_ids(kafka_bootstrap, names[:1])
     assert set(audit) == {f"m{n}" for n in range(0, MESSAGES, 4)}
     assert set(far) == set(sent) - set(audit)
-    assert (tmp_path / "checkpoint" / "choices").is_dir()
+    # The conversations' kept choices are in Spark's state store, saved with the query's checkpoint.
+    assert (tmp_path / "checkpoint" / "query" / "state").is_dir()

@@ -5,6 +5,7 @@ Each test has its own topic prefix, so its routes, catalogs and message topics a
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from datetime import datetime, timezone
@@ -247,8 +248,9 @@ def test_a_conversation_keeps_its_route_across_batches_and_a_restart(
     """K2: an unpinned conversation keeps the route of its first message when a route is added.
 
     c1 and c4 choose between two routes; a third appears; the job is started again from its
-    checkpoint, so the kept choices are read back from it. With three candidates the pick alone
-    would move both conversations (crc32 mod 2 and mod 3 differ for them).
+    checkpoint, so the kept choices come back from Spark's state store (and the choices the first
+    run wrote from the choices topic). With three candidates the pick alone would move both
+    conversations (crc32 mod 2 and mod 3 differ for them).
     """
     outbound = topics.outbound_topic("i1", prefix)
     addresses = ["TCP://a:4022", "TCP://b:4022", "TCP://c:4022"]
@@ -262,7 +264,9 @@ def test_a_conversation_keeps_its_route_across_batches_and_a_restart(
         )
     produce(kafka_bootstrap, outbound, [(c, message(c, "Balanced", 0)) for c in ("c1", "c4")])
     assert replay(spark, kafka_bootstrap, prefix, tmp_path).routed == 2
-    assert any(p.name.startswith("seg-") for p in (tmp_path / "i1" / "choices").iterdir())
+    chosen = read_all(kafka_bootstrap, topics.choices_topic("i1", prefix))
+    assert sorted(json.loads(v)["conversation_id"] for _, v in chosen if v is not None) == ["c1", "c4"]
+    assert {h["change"] for h, _ in chosen} == {"first"}
 
     put_route(
         kafka_bootstrap,
@@ -273,7 +277,10 @@ def test_a_conversation_keeps_its_route_across_batches_and_a_restart(
     produce(kafka_bootstrap, outbound, [("c6", message("c6", "Balanced", 0))])
     job = replay(spark, kafka_bootstrap, prefix, tmp_path)
     assert job.routed == 3
-    assert job.choices is not None and job.choices.count() == 3
+    # c6 chose; c1 and c4 kept theirs, so they wrote nothing new.
+    chosen = read_all(kafka_bootstrap, topics.choices_topic("i1", prefix))
+    assert sorted(json.loads(v)["conversation_id"] for _, v in chosen if v is not None) == ["c1", "c4", "c6"]
+    assert (tmp_path / "i1" / "query" / "state").is_dir()
 
     went: dict[str, str] = {}
     for topic in network:

@@ -32,5 +32,17 @@ def test_a_checkpoint_whose_batches_are_all_committed_is_left_alone(tmp_path: Pa
 def test_a_first_batch_that_never_committed_and_a_new_checkpoint(tmp_path: Path) -> None:
     assert drop_uncommitted_batch(tmp_path / "missing") is None
     log(tmp_path / "offsets", 0)
+    (tmp_path / "state" / "0" / "0").mkdir(parents=True)
+    (tmp_path / "state" / "0" / "0" / "1.zip").write_text("state of the lost attempt")
     assert drop_uncommitted_batch(tmp_path) == 0
     assert list((tmp_path / "offsets").iterdir()) == []
+    # The query starts anew, and Spark wants an empty state folder for its first batch.
+    assert not (tmp_path / "state").exists()
+
+
+def test_the_state_of_committed_batches_is_kept(tmp_path: Path) -> None:
+    log(tmp_path / "offsets", 0, 1)
+    log(tmp_path / "commits", 0)
+    (tmp_path / "state" / "0" / "0").mkdir(parents=True)
+    assert drop_uncommitted_batch(tmp_path) == 1
+    assert (tmp_path / "state" / "0" / "0").is_dir()
