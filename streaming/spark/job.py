@@ -338,28 +338,29 @@ class RouterJob:
         """The decoded messages, each with its conversation's kept choice (see the module docstring).
 
         Read from the outbound and inbound topics (and, for `run`, a one-row-per-second tick, whose
-        rows `process_batch` leaves out); the choices topic feeds the state processor.
+        rows `process_batch` leaves out). The choices topic feeds the state processor through a
+        source of its own, so that `max_offsets_per_trigger` counts messages only.
         """
         t = self.topology
-        sources = [t.outbound, t.inbound, *([t.choices] if self.keeps_choices else [])]
-        kafka = (
-            self.spark.readStream.format("kafka")
-            .options(**kafka_options(self.settings))
-            .option("subscribe", ",".join(sources))
-            .option("startingOffsets", "earliest")
-            .option("failOnDataLoss", "false")
-            .option("maxOffsetsPerTrigger", str(self.settings.max_offsets_per_trigger))
-            .load()
-            .select("topic", "partition", "offset", "value", "timestamp")
-        )
-        if with_tick:
-            kafka = kafka.unionByName(self._tick())
-        is_choice = F.col("topic").eqNullSafe(t.choices)
-        messages = self._decode(kafka.where(~is_choice))
+        messages = self._decode(self._kafka([t.outbound, t.inbound], limit=True, with_tick=with_tick))
         if not self.keeps_choices:
             return without_kept(messages)
-        rows = as_messages(messages).unionByName(as_choices(kafka.where(is_choice), messages))
+        choices = self._kafka([t.choices], limit=False, with_tick=False)
+        rows = as_messages(messages).unionByName(as_choices(choices, messages))
         return keep_choices(rows, self.settings.keep_choice_s)
+
+    def _kafka(self, subscribe: list[str], limit: bool, with_tick: bool) -> DataFrame:
+        reader = (
+            self.spark.readStream.format("kafka")
+            .options(**kafka_options(self.settings))
+            .option("subscribe", ",".join(subscribe))
+            .option("startingOffsets", "earliest")
+            .option("failOnDataLoss", "false")
+        )
+        if limit:
+            reader = reader.option("maxOffsetsPerTrigger", str(self.settings.max_offsets_per_trigger))
+        records = reader.load().select("topic", "partition", "offset", "value", "timestamp")
+        return records.unionByName(self._tick()) if with_tick else records
 
     def _tick(self) -> DataFrame:
         return (
