@@ -653,7 +653,8 @@ class RouterJob:
         if bad_count:
             out = out.unionByName(self._deadletter_rows(bad, now))
         if self.keeps_choices:
-            out = out.unionByName(choice_records(decided, self.topology.choices))
+            change = _headers([("change", F.col("k_change"))])
+            out = out.unionByName(choice_records(decided, self.topology.choices, change))
         out.write.format("kafka").options(**kafka_options(self.settings)).save()
         requests: list[tuple[str, str]] = []
         if snapshot.has_bcn:  # M4 needs a route to the dynamic routing service

@@ -95,8 +95,8 @@ def without_kept(messages: DataFrame) -> DataFrame:
     return messages.withColumns({c: _null(StringType()) for c in KEPT_COLUMNS})
 
 
-def choice_records(decided: DataFrame, topic: str) -> DataFrame:
-    """Kafka rows for each decision that made a choice (`k_change` not null), header `change`."""
+def choice_records(decided: DataFrame, topic: str, headers: Column) -> DataFrame:
+    """Kafka rows for each decision that made a choice (`k_change` not null), with `headers`."""
     key = F.concat_ws("\u0000", *[F.col(c) for c in _KEY_FIELDS])
     value = F.to_json(
         F.struct(
@@ -104,10 +104,9 @@ def choice_records(decided: DataFrame, topic: str) -> DataFrame:
             *[F.col(c).alias(f) for c, f in zip(CHOICE_IDENTITY_COLUMNS, _IDENTITY_FIELDS, strict=True)],
         )
     )
-    change = F.struct(F.lit("change").alias("key"), F.col("k_change").cast("binary").alias("value"))
     return decided.where(F.col("k_change").isNotNull()).select(
         key.cast("binary").alias("key"),
         value.cast("binary").alias("value"),
         F.lit(topic).alias("topic"),
-        F.array(change).alias("headers"),
+        headers.alias("headers"),
     )

@@ -68,6 +68,9 @@ public final class ChoiceKeeper {
           .add("address", DataTypes.StringType)
           .add("chosen_ms", DataTypes.LongType, false);
 
+  /** Where an entry of the state holds its (origin, service): the key of the entry. */
+  static final int[] STATE_ENTRY = {0, 1};
+
   static final StructType STATE =
       new StructType().add("entries", DataTypes.createArrayType(ENTRY_TYPE, false), false);
 
@@ -167,7 +170,7 @@ public final class ChoiceKeeper {
       if (state.exists()) {
         for (Object e : state.get().getList(0)) {
           Row r = (Row) e;
-          entries.put(r.getString(0) + '\u0000' + r.getString(1), r);
+          entries.put(joined(r, STATE_ENTRY), r);
         }
       }
       List<Row> messages = new ArrayList<>();
