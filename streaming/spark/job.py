@@ -817,18 +817,19 @@ def drop_uncommitted_batch(checkpoint: Path) -> int | None:
     at least once: records the lost attempt wrote may be written again, none is skipped.
 
     When no batch was ever committed, the query starts anew, and Spark wants an empty state folder
-    for a first batch: the state the lost attempt wrote (`state/`) is removed with its entry.
+    for a first batch: what a lost first attempt wrote under `state/` is removed, also when it was
+    killed before it logged its offsets (the state's schema files are written while planning).
     """
     offsets, commits = checkpoint / "offsets", checkpoint / "commits"
     planned = [int(p.name) for p in offsets.glob("[0-9]*")] if offsets.is_dir() else []
     done = [int(p.name) for p in commits.glob("[0-9]*")] if commits.is_dir() else []
+    if not done:
+        shutil.rmtree(checkpoint / "state", ignore_errors=True)
     if not planned or max(planned) <= max(done, default=-1):
         return None
     last = max(planned)
     for path in (offsets / str(last), offsets / f".{last}.crc"):
         path.unlink(missing_ok=True)
-    if not done:
-        shutil.rmtree(checkpoint / "state", ignore_errors=True)
     return last
 
 

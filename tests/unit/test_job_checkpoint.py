@@ -46,3 +46,11 @@ def test_the_state_of_committed_batches_is_kept(tmp_path: Path) -> None:
     (tmp_path / "state" / "0" / "0").mkdir(parents=True)
     assert drop_uncommitted_batch(tmp_path) == 1
     assert (tmp_path / "state" / "0" / "0").is_dir()
+
+
+def test_state_written_before_a_first_batch_logged_its_offsets_is_removed(tmp_path: Path) -> None:
+    """Killed while planning batch 0: the state's schema files exist, no offsets were logged."""
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "state" / "0" / "_stateSchema").mkdir(parents=True)
+    assert drop_uncommitted_batch(tmp_path) is None
+    assert not (tmp_path / "state").exists()
