@@ -6,8 +6,9 @@
     {prefix}.{instance}.inbound              messages arriving from other instances (origin remote)
     {prefix}.{instance}.queue.{db}.{service} a local service queue (deliver)
     {prefix}.-net.{address}                  a network address no known instance answers to
-    {prefix}.{instance}.delayed              delayed messages, Kafka timestamp = when due
+    {prefix}.{instance}.delayed              delayed messages, Kafka timestamp = when delayed (LogAppendTime)
     {prefix}.{instance}.choices              compacted: route choices the router's decisions made (K2)
+    {prefix}.{instance}.requests             compacted: MissingRoute requests sent and ended (B4)
     {prefix}.{instance}.dropped              dropped and discarded messages with their reason
     {prefix}.{instance}.deadletter           records that could not be decoded, with the error
 
@@ -77,6 +78,11 @@ def delayed_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
 def choices_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
     """The route choices the instance's router made for conversations (K2), read back by it."""
     return f"{prefix}.{escape(instance)}.choices"
+
+
+def requests_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """The MissingRoute requests the instance's router sent and saw end (B4), read back by it."""
+    return f"{prefix}.{escape(instance)}.requests"
 
 
 def dropped_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:

@@ -144,7 +144,7 @@ def _service_for(conversation: int) -> str:
     return SERVICES[-1][0]
 
 
-_NOT_DESTINATIONS = (".outbound", ".routes", ".catalogs", ".mirrors", ".choices")
+_NOT_DESTINATIONS = (".outbound", ".routes", ".catalogs", ".mirrors", ".choices", ".requests")
 
 
 def _summary(bootstrap: str, prefix: str) -> str:

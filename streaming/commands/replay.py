@@ -53,11 +53,8 @@ def replay(args: argparse.Namespace) -> int:
         return 1
     print(f"router replay: {job.routed} records routed in {job.batches} batches")
     if args.drain_delayed:
-        run_until_drained(
+        left = run_until_drained(
             job, args.max_wait, progress=lambda text: print(f"router replay: {text}", flush=True)
         )
-        print(
-            f"router replay: {len(job.ledger.entries)} delayed message(s) still waiting; "
-            f"{job.routed} routed in all"
-        )
+        print(f"router replay: {left} delayed message(s) still waiting; {job.routed} routed in all")
     return 0

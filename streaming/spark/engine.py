@@ -101,6 +101,8 @@ when the conversation had no choice, "again" when it had another (its route is g
 CHOICE_KEY_COLUMNS = ("k_instance", "k_conversation_id", "k_origin", "k_service")
 CHOICE_IDENTITY_COLUMNS = ("k_bid", "k_route_service", "k_address")
 KEPT_COLUMNS = ("kept_bid", "kept_route_service", "kept_address")
+WAITING_COLUMN = "waiting"
+"""Set by the streaming job's state: the message's conversation has delayed messages waiting (D1)."""
 """Message columns: the identity its conversation kept (K2) for its origin and service, or null.
 The streaming job's state processor sets them (`streaming.spark.state`); `attach_choices` joins
 them from a CHOICE_SCHEMA table. Without them, a message keeps nothing."""
@@ -778,6 +780,9 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
         )
     else:
         m = m.withColumn("_waiting", F.lit(False))
+    if WAITING_COLUMN in messages.columns:  # the streaming job's state says the conversation waits
+        waits = F.coalesce(F.col(WAITING_COLUMN), F.lit(False)) & ~remote  # D5: never incoming ones
+        m = m.withColumn("_waiting", F.col("_waiting") | waits)
     # K2: an initiator's message without a broker instance keeps its conversation's earlier choice.
     keeps_choice = ~remote & F.col("bid").isNull() & ~F.col("from_target")
     carried = all(c in messages.columns for c in KEPT_COLUMNS)

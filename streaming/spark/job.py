@@ -1,25 +1,28 @@
 """The Spark Structured Streaming job that routes one instance's traffic.
 
 Sources (the Spark Kafka connector): the instance's outbound topic (messages its own services send;
-origin = the sending database), inbound topic (messages from other instances; origin = remote,
-whatever the record claims) and choices topic (the route choices its decisions made, K2).
-`router run` adds Spark's rate source as a one-row-per-second tick, so that a micro-batch runs,
-and delayed messages fall due, even when no traffic arrives.
+origin = the sending database) and inbound topic (messages from other instances; origin = remote,
+whatever the record claims); the delayed, choices and requests topics, which its own micro-batches
+write and the query reads back into the router's state; and Spark's rate source as a
+one-row-per-second tick, so that a micro-batch runs, and delayed messages fall due, even when no
+traffic arrives.
 
-Inside the query, before the micro-batch: every record is decoded with `from_avro`, and the
-conversations' kept choices are attached to their messages by a stateful JVM processor whose
-state is in Spark's state store (`streaming.spark.state`).
+Inside the query, before the micro-batch: every record is decoded with `from_avro`, and a stateful
+JVM processor whose state is in Spark's state store (`streaming.spark.state`) gives each message
+its conversation's kept choice (K2) and says whether the conversation has delayed messages
+waiting (D1); it lets a delayed conversation's messages go, ahead of its new ones, when they are
+due (D2), and tells the batch which MissingRoute requests are outstanding (B4).
 
 Each micro-batch (`RouterJob.process_batch`):
-1. refreshes the route snapshot when the routes topic's end offsets changed (`RouteSnapshots`);
-2. takes the delayed messages that are due (`DelayedLedger`), ahead of the new ones;
-3. a record that does not decode, or names an unknown origin database, goes to the dead-letter
+1. refreshes the route snapshot when the routes topic's end offsets changed (`RouteSnapshots`),
+   and ends the outstanding requests whose service now has a route (B6, B7);
+2. a record that does not decode, or names an unknown origin database, goes to the dead-letter
    topic with its error;
-4. decides with the Spark engine (`streaming.spark.engine.decide`);
-5. writes every message with the Kafka sink's `topic` column to its destination, with the decision
+3. decides with the Spark engine (`streaming.spark.engine.decide`);
+4. writes every message with the Kafka sink's `topic` column to its destination, with the decision
    in its headers; delayed ones to the delayed topic, dropped and discarded ones to the dropped topic;
    the choices the decisions made go to the choices topic in the same write;
-6. sends a MissingRoute request for each new M4 request (B3) and saves the driver-held state.
+5. sends a MissingRoute request for each new M4 request (B3) and records it on the requests topic.
 
 Delivery is at least once: a batch that fails before Spark commits it is run again, and a message
 may then be written twice (receivers drop duplicates, A4). Nothing is lost.
@@ -33,7 +36,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -65,7 +68,16 @@ from streaming.spark.engine import (
     local_frame,
     normalize_address_sql,
 )
-from streaming.spark.state import as_choices, as_messages, choice_records, keep_choices, without_kept
+from streaming.spark.state import (
+    PENDING_COLUMN,
+    apply_state,
+    as_choices,
+    as_delayed,
+    as_messages,
+    as_requests,
+    choice_records,
+    request_record,
+)
 from streaming.tables.topic_io import read_catalogs, read_latest
 
 log = logging.getLogger("streaming.job")
@@ -114,6 +126,11 @@ class Topology:
     def choices(self) -> str:
         """The route choices its decisions made (compacted; read back by the query, K2)."""
         return topics.choices_topic(self.instance.name, self.prefix)
+
+    @property
+    def requests(self) -> str:
+        """MissingRoute requests sent and ended (compacted; read back by the query, B4)."""
+        return topics.requests_topic(self.instance.name, self.prefix)
 
     @property
     def dropped(self) -> str:
@@ -227,76 +244,6 @@ def kafka_options(settings: Settings) -> dict[str, str]:
     return {"kafka.bootstrap.servers": settings.bootstrap, **settings.kafka_options}
 
 
-@dataclass
-class DelayedEntry:
-    """One record on the delayed topic that has not been re-routed yet."""
-
-    partition: int
-    offset: int
-    conversation_id: str
-    appended_ms: int
-
-
-@dataclass
-class DelayedLedger:
-    """Driver-held index of the delayed topic: which records wait, and for which conversations.
-
-    The delayed topic uses LogAppendTime, so a record's Kafka timestamp is when it was delayed and
-    it is due `retry_s` later (D2). A conversation, not a message, is delayed (D1): when its first
-    waiting record falls due, all its waiting records are re-routed together, in their order. The
-    index is saved in the checkpoint folder after every batch and extended from the topic at start.
-    """
-
-    path: Path
-    scanned: dict[int, int] = field(default_factory=dict)
-    entries: list[DelayedEntry] = field(default_factory=list)
-    pending_requests: set[tuple[str, str]] = field(default_factory=set)
-
-    @classmethod
-    def load(cls, path: Path) -> DelayedLedger:
-        """Read the saved index, or start an empty one."""
-        if not path.exists():
-            return cls(path=path)
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return cls(
-            path=path,
-            scanned={int(p): int(o) for p, o in data.get("scanned", {}).items()},
-            entries=[DelayedEntry(**e) for e in data.get("entries", [])],
-            pending_requests={(s, v) for s, v in data.get("pending_requests", [])},
-        )
-
-    def save(self) -> None:
-        """Write the index atomically."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(
-            json.dumps(
-                {
-                    "scanned": {str(p): o for p, o in self.scanned.items()},
-                    "entries": [e.__dict__ for e in self.entries],
-                    "pending_requests": sorted(self.pending_requests),
-                }
-            ),
-            encoding="utf-8",
-        )
-        tmp.replace(self.path)
-
-    def waiting_conversations(self) -> frozenset[str]:
-        """Conversations that have a delayed message waiting (D1)."""
-        return frozenset(e.conversation_id for e in self.entries)
-
-    def take_due(self, now_ms: int, retry_ms: int) -> list[DelayedEntry]:
-        """Remove and return every entry of each conversation whose first entry is due."""
-        due_convs = {e.conversation_id for e in self.entries if e.appended_ms + retry_ms <= now_ms}
-        due = [e for e in self.entries if e.conversation_id in due_convs]
-        self.entries = [e for e in self.entries if e.conversation_id not in due_convs]
-        return due
-
-    def next_due_ms(self, retry_ms: int) -> int | None:
-        """When the earliest waiting entry falls due, in epoch milliseconds."""
-        return min((e.appended_ms + retry_ms for e in self.entries), default=None)
-
-
 class RouterJob:
     """One instance's router: the streaming query and the work of each micro-batch."""
 
@@ -305,7 +252,11 @@ class RouterJob:
         self.settings = settings
         self.topology = load_topology(settings)
         self.snapshots = RouteSnapshots(spark, settings, self.topology)
-        self.ledger = DelayedLedger.load(Path(settings.checkpoint_dir) / "router-state.json")
+        # What this run wrote that its query has not read back yet (see `start`).
+        self.available_now = False
+        self.delayed_this_run: set[str] = set()
+        self.requests_this_run: dict[tuple[str, str], bool] = {}
+        self._answers_checked: str | None = None  # the snapshot version requests were last checked at
         self.known_topics: set[str] = set()
         self.batches = 0
         self.routed = 0
@@ -321,6 +272,7 @@ class RouterJob:
                 topics.routes_topic(settings.topic_prefix),
                 mirrors_topic(settings.topic_prefix),
                 self.topology.choices,
+                self.topology.requests,
             ],
             compacted=True,
         )
@@ -334,22 +286,29 @@ class RouterJob:
         """Whether conversations keep their route choices (K2): `keep_choice_s` > 0."""
         return self.settings.keep_choice_s > 0
 
-    def input_stream(self, with_tick: bool) -> DataFrame:
-        """The decoded messages, each with its conversation's kept choice (see the module docstring).
+    def input_stream(self) -> DataFrame:
+        """The query's rows as the state processor leaves them (see `streaming.spark.state`).
 
-        Read from the outbound and inbound topics (and, for `run`, a one-row-per-second tick, whose
-        rows `process_batch` leaves out). The choices topic feeds the state processor through a
-        source of its own, so that `max_offsets_per_trigger` counts messages only.
+        Read from the outbound and inbound topics, the delayed, choices and requests topics (each a
+        source of its own, so that `max_offsets_per_trigger` counts new messages only), and a
+        one-row-per-second tick that only makes micro-batches run (its rows are left out here):
+        delayed messages fall due and choices expire even when no traffic arrives.
         """
         t = self.topology
-        messages = self._decode(self._kafka([t.outbound, t.inbound], limit=True, with_tick=with_tick))
-        if not self.keeps_choices:
-            return without_kept(messages)
-        choices = self._kafka([t.choices], limit=False, with_tick=False)
-        rows = as_messages(messages).unionByName(as_choices(choices, messages))
-        return keep_choices(rows, self.settings.keep_choice_s)
+        tick = self._tick().where(F.lit(False))
+        messages = self._decode(self._kafka([t.outbound, t.inbound], limit=True).unionByName(tick))
+        rows = as_messages(messages)
+        delayed = self._kafka([t.delayed], limit=False, headers=True)
+        kept = {c: _header_value(c) for c in KEPT_COLUMNS}
+        rows = rows.unionByName(
+            as_delayed(self._decode(delayed.withColumns(kept), passed=(*KEPT_COLUMNS, "timestamp")))
+        )
+        if self.keeps_choices:
+            rows = rows.unionByName(as_choices(self._kafka([t.choices], limit=False), messages))
+        rows = rows.unionByName(as_requests(self._kafka([t.requests], limit=False), messages))
+        return apply_state(rows, self.settings.keep_choice_s, self.topology.instance.retry_s)
 
-    def _kafka(self, subscribe: list[str], limit: bool, with_tick: bool) -> DataFrame:
+    def _kafka(self, subscribe: list[str], limit: bool, headers: bool = False) -> DataFrame:
         reader = (
             self.spark.readStream.format("kafka")
             .options(**kafka_options(self.settings))
@@ -359,8 +318,10 @@ class RouterJob:
         )
         if limit:
             reader = reader.option("maxOffsetsPerTrigger", str(self.settings.max_offsets_per_trigger))
-        records = reader.load().select("topic", "partition", "offset", "value", "timestamp")
-        return records.unionByName(self._tick()) if with_tick else records
+        if headers:
+            reader = reader.option("includeHeaders", "true")
+        columns = ["topic", "partition", "offset", "value", "timestamp", *(["headers"] if headers else [])]
+        return reader.load().select(*columns)
 
     def _tick(self) -> DataFrame:
         return (
@@ -377,8 +338,14 @@ class RouterJob:
         )
 
     def start(self, available_now: bool) -> StreamingQuery:
-        """Start the query: continuous micro-batches (`run`) or what the topics hold now (`replay`)."""
-        checkpoint = Path(self.settings.checkpoint_dir) / "query"
+        """Start the query: continuous micro-batches (`run`) or what the topics hold now (`replay`).
+
+        With Trigger.AvailableNow the query reads each topic up to its end when it starts, so it
+        does not read back the delayed messages and requests its own batches write: the job
+        remembers those until the run ends (`delayed_this_run`, `requests_this_run`), and the next
+        run reads them into the state.
+        """
+        checkpoint = self.checkpoint
         dropped = drop_uncommitted_batch(checkpoint)
         if dropped is not None:
             log.warning(
@@ -386,12 +353,15 @@ class RouterJob:
                 "from the last committed offsets (nothing is skipped)",
                 dropped,
             )
-        # A batch runs only when a source has new records (`run` has its tick). Otherwise the state
-        # processor's watermark would add a batch without data after each one, and that batch would
-        # re-route delayed messages that fell due in the meantime, past the end of a replay.
+        # A batch runs only when a source has new records (the tick's, at least). Otherwise the
+        # state processor's timeouts would make Spark add a batch without data after each one,
+        # and an AvailableNow query would never end.
         self.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        self.available_now = available_now
+        self.delayed_this_run.clear()
+        self.requests_this_run.clear()
         writer = (
-            self.input_stream(with_tick=not available_now)
+            self.input_stream()
             .writeStream.foreachBatch(self.process_batch)
             .option("checkpointLocation", str(checkpoint))
             .queryName(f"router-{self.topology.instance.name}")
@@ -401,6 +371,11 @@ class RouterJob:
         else:
             writer = writer.trigger(processingTime=f"{self.settings.trigger_seconds} seconds")
         return writer.start()
+
+    @property
+    def checkpoint(self) -> Path:
+        """The streaming query's checkpoint folder (its offsets, commits and state store)."""
+        return Path(self.settings.checkpoint_dir) / "query"
 
     def replay(self, timeout_s: int | None = None) -> None:
         """Route what the input topics hold now (Trigger.AvailableNow) and stop the query.
@@ -419,31 +394,29 @@ class RouterJob:
         if finished is False:
             raise RouterError(f"the {self.topology.instance.name} replay did not finish within {timeout_s} s")
 
+    def waiting(self) -> list[int]:
+        """When each delayed message in the state store was delayed (epoch ms), as of the last batch."""
+        if not (self.checkpoint / "commits").is_dir() or not any((self.checkpoint / "commits").iterdir()):
+            return []
+        state = self.spark.read.format("statestore").load(str(self.checkpoint))
+        rows = state.select(F.explode("value.groupState.waiting.delayed_ms").alias("at")).collect()
+        return sorted(r["at"] for r in rows)
+
     # --- one micro-batch ----------------------------------------------------------------------
 
     def process_batch(self, batch: DataFrame, batch_id: int) -> None:
         """Route one micro-batch (see the module docstring)."""
         started = time.monotonic()
-        previous = self.snapshots.current
         snapshot = self.snapshots.refresh()
-        if snapshot is not previous:
-            self._end_answered_requests(snapshot)
         now = datetime.now(timezone.utc)
-        retry_ms = int(self.topology.instance.retry_s * 1000)
-        self._scan_delayed()
-        due = self.ledger.take_due(int(now.timestamp() * 1000), retry_ms)
-        decoded = batch.where(F.col("topic").isNotNull())
-        if due:
-            decoded = self._due_messages(due).unionByName(decoded)
-            # Due records come from another topic than the new ones: put each conversation's
-            # records in one partition, in batch order, so that one task writes them in order.
-            decoded = decoded.repartition("conversation_id").sortWithinPartitions("pos")
-        # Decoded once: the rules, the dead-letter branch and the count read the stored rows.
-        decoded = decoded.localCheckpoint(eager=True)
-        count = self._route(decoded, snapshot, now)
-        # Index what this batch delayed, so the saved state names every waiting conversation.
-        self._scan_delayed()
-        self.ledger.save()
+        # Computed once: the state processor runs once per batch, and the rules read the rows again.
+        rows = batch.localCheckpoint(eager=True)
+        pending = self._pending_requests(rows)
+        if pending and snapshot.version != self._answers_checked:
+            pending -= self._end_answered_requests(snapshot, pending)
+            self._answers_checked = snapshot.version
+        decoded = rows.where(F.col("topic").isNotNull()).drop(PENDING_COLUMN)
+        count, released = self._route(decoded, snapshot, now, pending)
         self.batches += 1
         self.routed += count
         if count:
@@ -451,86 +424,57 @@ class RouterJob:
                 "batch %d: %d records (%d due from delayed) in %.2fs, snapshot %s",
                 batch_id,
                 count,
-                len(due),
+                released,
                 time.monotonic() - started,
                 snapshot.version,
             )
 
-    def _end_answered_requests(self, snapshot: Snapshot) -> None:
+    def _pending_requests(self, rows: DataFrame) -> set[tuple[str, str]]:
+        """B4: the outstanding MissingRoute requests, from the state's status row and this run."""
+        status = rows.where(F.col(PENDING_COLUMN).isNotNull()).select(PENDING_COLUMN).collect()
+        pending = {(p["scope"], p["service"]) for r in status for p in r[PENDING_COLUMN]}
+        for request, asked in self.requests_this_run.items():
+            if asked:
+                pending.add(request)
+            else:
+                pending.discard(request)
+        return pending
+
+    def _end_answered_requests(
+        self, snapshot: Snapshot, pending: set[tuple[str, str]]
+    ) -> set[tuple[str, str]]:
         """B6/B7: a pending MissingRoute request ends once a route naming its service exists in its scope.
 
-        Its conversations are re-routed at their next retry (D3), against the new route.
+        Its conversations are re-routed at their next retry (D3), against the new route. Returns
+        the requests that ended; each is recorded on the requests topic.
         """
-        if not self.ledger.pending_requests:
-            return
+        if not pending:
+            return set()
         answered = {
             (r["n_scope"], r["n_service"])
-            for r in snapshot.named.where(
-                F.col("n_service").isin(*{s for _, s in self.ledger.pending_requests})
-            )
+            for r in snapshot.named.where(F.col("n_service").isin(*{s for _, s in pending}))
             .select("n_scope", "n_service")
             .collect()
-            if (r["n_scope"], r["n_service"]) in self.ledger.pending_requests
+            if (r["n_scope"], r["n_service"]) in pending
         }
-        self.ledger.pending_requests -= answered
+        self._record_requests(sorted(answered), asked=False)
+        return answered
 
-    def release_due(self) -> int:
-        """Re-route the delayed messages that are due now, outside the query (replay drains)."""
-        raw = local_frame(self.spark, [], "topic string, partition int, offset long, value binary")
-        empty = without_kept(self._decode(raw))
-        before = self.routed
-        self.process_batch(empty, -1)
-        return self.routed - before
-
-    def _scan_delayed(self) -> None:
-        """Add the records written to the delayed topic since the last scan to the ledger."""
-        topic = self.topology.delayed
-        ends = end_offsets(self.settings.bootstrap, topic)
-        starts = {p: self.ledger.scanned.get(p, 0) for p in ends}
-        if all(starts[p] >= ends[p] for p in ends):
+    def _record_requests(
+        self, requests: list[tuple[str, str]], asked: bool, producer: Producer | None = None
+    ) -> None:
+        """Write request records (sent or ended) to the requests topic; the query reads them back."""
+        if not requests:
             return
-        rows = (
-            self.spark.read.format("kafka")
-            .options(**kafka_options(self.settings))
-            .option("subscribe", topic)
-            .option("startingOffsets", _offsets_json(topic, starts))
-            .option("endingOffsets", _offsets_json(topic, ends))
-            .load()
-            .select("partition", "offset", F.col("key").cast("string").alias("k"), "timestamp")
-            .orderBy("partition", "offset")
-            .collect()
-        )
-        for r in rows:
-            self.ledger.entries.append(
-                DelayedEntry(r["partition"], r["offset"], r["k"], int(r["timestamp"].timestamp() * 1000))
-            )
-        self.ledger.scanned = dict(ends)
-
-    def _due_messages(self, due: list[DelayedEntry]) -> DataFrame:
-        """The due records, read back from the delayed topic, decoded, with the choice they kept."""
-        topic = self.topology.delayed
-        starts: dict[int, int] = {}
-        ends: dict[int, int] = {}
-        for e in due:
-            starts[e.partition] = min(starts.get(e.partition, e.offset), e.offset)
-            ends[e.partition] = max(ends.get(e.partition, e.offset + 1), e.offset + 1)
-        wanted = local_frame(self.spark, [(e.partition, e.offset) for e in due], "w_p int, w_o long")
-        raw = (
-            self.spark.read.format("kafka")
-            .options(**kafka_options(self.settings))
-            .option("subscribe", topic)
-            .option("startingOffsets", _offsets_json(topic, starts))
-            .option("endingOffsets", _offsets_json(topic, ends))
-            .option("includeHeaders", "true")
-            .load()
-        )
-        records = raw.join(
-            F.broadcast(wanted),
-            (raw["partition"] == wanted["w_p"]) & (raw["offset"] == wanted["w_o"]),
-            "left_semi",
-        )
-        kept = {c: _header_value(c) for c in KEPT_COLUMNS}
-        return self._decode(records.withColumns(kept), passed=KEPT_COLUMNS)
+        own = producer is None
+        producer = producer or Producer({"bootstrap.servers": self.settings.bootstrap})
+        name = self.topology.instance.name
+        for scope, service in requests:
+            key, value = request_record(name, scope, service, asked)
+            producer.produce(self.topology.requests, key=key, value=value)
+            self.requests_this_run[(scope, service)] = asked
+        if own:
+            producer.flush(30)
 
     def _decode(self, records: DataFrame, passed: tuple[str, ...] = ()) -> DataFrame:
         """Decode each record; `error` says why one is malformed (it then goes to the dead-letter topic).
@@ -622,8 +566,12 @@ class RouterJob:
             *passed,
         )
 
-    def _route(self, decoded: DataFrame, snapshot: Snapshot, now: datetime) -> int:
-        """Decide, write every record to its destination, send MissingRoute requests; return the count.
+    def _route(
+        self, decoded: DataFrame, snapshot: Snapshot, now: datetime, pending: set[tuple[str, str]]
+    ) -> tuple[int, int]:
+        """Decide, write every record to its destination, send MissingRoute requests.
+
+        Returns the count of records routed and of those that were delayed messages falling due.
 
         The destination topic is a function of few values (the database and service of a delivery,
         the address of a send), so the distinct destinations of the batch are gathered first, named
@@ -635,13 +583,17 @@ class RouterJob:
         context = batch_context(
             self.spark,
             now,
-            pending=frozenset((name, scope, service) for scope, service in self.ledger.pending_requests),
-            waiting=frozenset((name, conversation) for conversation in self.ledger.waiting_conversations()),
+            pending=frozenset((name, scope, service) for scope, service in pending),
+            # The state says which conversations wait (`waiting`); a replay's own delays it cannot.
+            waiting=frozenset((name, conversation) for conversation in self.delayed_this_run),
         )
         decided = decide(good, snapshot, context).withColumns(_destination_columns())
-        groups = decided.groupBy(*_DEST_KEYS).agg(F.count("*").alias("count")).collect()
+        released = (F.col("topic") == self.topology.delayed).alias("_released")
+        groups = decided.groupBy(*_DEST_KEYS, released).agg(F.count("*").alias("count")).collect()
         bad_count = bad.count()
-        destinations = [(r["_kind"], r["_db"], r["_svc"], r["_addr"], self._topic_for(r)) for r in groups]
+        destinations = sorted(
+            {(r["_kind"], r["_db"], r["_svc"], r["_addr"], self._topic_for(r)) for r in groups}
+        )
         names = {d[-1] for d in destinations} | ({self.topology.deadletter} if bad_count else set())
         new = sorted(names - self.known_topics)
         if new:
@@ -660,8 +612,12 @@ class RouterJob:
         if snapshot.has_bcn:  # M4 needs a route to the dynamic routing service
             asked = decided.where(F.col("requests").isNotNull()).select("d_scope", "requests")
             requests = [(r["d_scope"], r["requests"]) for r in asked.collect()]
-        self._send_requests(requests)
-        return sum(r["count"] for r in groups) + bad_count
+        self._send_requests(requests, pending)
+        if self.available_now and any(r["_kind"] == "delayed" for r in groups):
+            delayed = decided.where(F.col("outcome") == "delayed").select("conversation_id").distinct()
+            self.delayed_this_run.update(r["conversation_id"] for r in delayed.collect())
+        due = sum(r["count"] for r in groups if r["_released"])
+        return sum(r["count"] for r in groups) + bad_count, due
 
     def _topic_for(self, destination: Row) -> str:
         """The topic of one distinct destination (see `_destination_columns`)."""
@@ -738,9 +694,12 @@ class RouterJob:
             headers.alias("headers"),
         )
 
-    def _send_requests(self, requests: list[tuple[str, str]]) -> None:
-        """B3/B4: one MissingRoute message to the BCN service per (scope, service) not yet pending."""
-        new = [r for r in dict.fromkeys(requests) if r not in self.ledger.pending_requests]
+    def _send_requests(self, requests: list[tuple[str, str]], pending: set[tuple[str, str]]) -> None:
+        """B3/B4: one MissingRoute message to the BCN service per (scope, service) not yet pending.
+
+        Each is recorded on the requests topic as outstanding, for the state to hold (B4).
+        """
+        new = [r for r in dict.fromkeys(requests) if r not in pending]
         if not new:
             return
         producer = Producer({"bootstrap.servers": self.settings.bootstrap})
@@ -762,7 +721,7 @@ class RouterJob:
                 message_type=MISSING_ROUTE_MESSAGE_TYPE,
             )
             producer.produce(self.topology.outbound, key=conversation.encode(), value=encode_message(record))
-            self.ledger.pending_requests.add((scope, service))
+        self._record_requests(new, asked=True, producer=producer)
         producer.flush(30)
 
 
@@ -833,17 +792,22 @@ def drop_uncommitted_batch(checkpoint: Path) -> int | None:
     return last
 
 
-def run_until_drained(job: RouterJob, max_wait_s: float, progress: Callable[[str], None] = print) -> None:
-    """After a replay, re-route delayed messages as they fall due, until none wait or time runs out."""
-    retry_ms = int(job.topology.instance.retry_s * 1000)
+def run_until_drained(job: RouterJob, max_wait_s: float, progress: Callable[[str], None] = print) -> int:
+    """After a replay, replay again as delayed messages fall due, until none wait or time runs out.
+
+    Each replay reads what the last one delayed into the state and routes the conversations that
+    are due (D2). Returns how many delayed messages still wait.
+    """
+    retry_s = job.topology.instance.retry_s
     deadline = time.monotonic() + max_wait_s
-    job._scan_delayed()
-    while job.ledger.entries and time.monotonic() < deadline:
-        next_due = job.ledger.next_due_ms(retry_ms)
-        if next_due is not None:
-            wait = max(0.0, next_due / 1000 - time.time())
-            if wait > 0:
-                progress(f"{len(job.ledger.entries)} delayed message(s) waiting; next due in {wait:.1f}s")
-                time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
-        job.release_due()
-        job._scan_delayed()
+    while True:
+        if job.delayed_this_run:  # delayed by the last replay, not read back into the state yet
+            job.replay()
+        waiting = job.waiting()
+        if not waiting or time.monotonic() >= deadline:
+            return len(waiting)
+        wait = waiting[0] / 1000 + retry_s - time.time()
+        if wait > 0:
+            progress(f"{len(waiting)} delayed message(s) waiting; next due in {wait:.1f}s")
+            time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
+        job.replay()

@@ -1,32 +1,55 @@
-"""K2 in the streaming job: each conversation's kept route choice, in Spark's state store.
+"""The router's state in the streaming job, in Spark's state store.
 
-An initiator's message without a broker instance keeps the route its conversation chose before
-(spec K2; `streaming.rules.batch`). Inside the streaming query, before `foreachBatch`, the JVM
-processor `router.state.ChoiceKeeper` (jvm/state, compiled by `make setup`) runs as Spark's
-`flatMapGroupsWithState` per (instance, conversation): its state, in Spark's state store (RocksDB)
-and saved with the query's checkpoint, is the C0 identity each conversation chose per (origin
-database, target service). Each message leaves it with that identity in `KEPT_COLUMNS`, and the
-engine keeps it (K2) while it is still a candidate. No message passes through Python.
+Three rules need state that outlives a micro-batch (spec K2, D1-D2, B4). Inside the streaming
+query, before `foreachBatch`, the JVM processor `router.state.RouterState` (jvm/state, compiled by
+`make setup`) runs as Spark's `flatMapGroupsWithState`; its state is in Spark's state store
+(RocksDB), saved with the query's checkpoint, so a restart resumes it. No message passes through
+Python. Per (instance, conversation) it keeps:
 
-A decision that makes a choice ("first", or "again" when the kept route is gone) is written as a
-choice record to the instance's compacted choices topic in the same Kafka write as the messages;
-the query reads that topic too, so the processor applies the choice at the next micro-batch.
-Restarting from the checkpoint resumes the state at the last committed batch and the choices topic
-at its offsets, so a choice is neither lost nor applied twice. A new checkpoint rebuilds the state
-from the compacted topic. A choice is kept `keep_choice_s` after it was made.
+* K2, the C0 identity the conversation chose per (origin database, target service): each message
+  leaves with it in `KEPT_COLUMNS`, and the engine keeps it while it is still a candidate;
+* D1-D2, the conversation's delayed messages: they wait in the state until the first of them is
+  `retry_s` old, then all leave together, in their order, ahead of the conversation's new
+  messages; while any waits, the conversation's new messages leave with `waiting` true and the
+  engine delays them behind it.
 
-A delayed message carries its conversation's kept identity in headers (`kept_*`), since the
-delayed topic is read back outside the query: while a conversation is delayed it chooses nothing.
+Per instance it keeps the outstanding MissingRoute requests (B4), and tells every micro-batch
+which are outstanding with a status row (`pending_requests` set, no `topic`).
+
+Each is fed back from a Kafka topic that the micro-batches write and the query reads: the choices
+topic (compacted; a record per choice a decision made), the delayed topic (the delayed messages
+themselves, LogAppendTime) and the requests topic (compacted; a record when a request is sent and
+when it ends). Restarting from the checkpoint resumes the state at the last committed batch and
+the topics at their offsets, so nothing is lost or applied twice; a new checkpoint rebuilds the
+choices and requests from the compacted topics.
 """
 
 from __future__ import annotations
 
+import json
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from streaming.errors import RouterError
 from streaming.spark.engine import CHOICE_IDENTITY_COLUMNS, KEPT_COLUMNS
+
+MESSAGE, CHOICE, DELAYED, REQUEST = 0, 1, 2, 3
+"""The kinds of rows the processor takes (`c_kind`)."""
+
+IDENTITY_COLUMNS = ("c_bid", "c_route_service", "c_address")
+"""Where a choice or delayed row carries the C0 identity kept for its conversation."""
+
+PENDING_COLUMN = "pending_requests"
 
 CHOICE_VALUE = StructType(
     [
@@ -41,7 +64,16 @@ CHOICE_VALUE = StructType(
 )
 """The JSON value of a choice record; its key is instance, conversation, origin and service."""
 
-_CHOICE_FIELDS = {"c_bid": "bid", "c_route_service": "route_service", "c_address": "address"}
+REQUEST_VALUE = StructType(
+    [
+        StructField("instance", StringType()),
+        StructField("scope", StringType()),
+        StructField("service", StringType()),
+        StructField("asked", BooleanType()),
+    ]
+)
+"""The JSON value of a request record; its key is instance, scope and service."""
+
 _KEY_FIELDS = ("instance", "conversation_id", "origin", "service")
 _IDENTITY_FIELDS = ("bid", "route_service", "address")
 
@@ -50,49 +82,76 @@ def _null(dtype: DataType) -> Column:
     return F.lit(None).cast(dtype)
 
 
+def _state_columns(
+    kind: int,
+    identity: tuple[Column, Column, Column] | None = None,
+    at_ms: Column | None = None,
+    asked: Column | None = None,
+) -> dict[str, Column]:
+    none = _null(StringType())
+    return {
+        "c_kind": F.lit(kind).cast(IntegerType()),
+        **dict(zip(IDENTITY_COLUMNS, identity or (none, none, none), strict=True)),
+        "c_at_ms": at_ms if at_ms is not None else _null(LongType()),
+        "c_asked": asked if asked is not None else _null(BooleanType()),
+    }
+
+
+def _like_messages(messages: DataFrame, given: dict[str, Column]) -> list[Column]:
+    """The columns of `messages`, taken from `given` where named there, null elsewhere."""
+    return [given.get(f.name, _null(f.dataType)).alias(f.name) for f in messages.schema.fields]
+
+
 def as_messages(messages: DataFrame) -> DataFrame:
-    """Message rows as the processor takes them: the choice-only columns are null."""
-    return messages.withColumns(
-        {
-            "c_is_choice": F.lit(False),
-            **{c: _null(StringType()) for c in _CHOICE_FIELDS},
-            "c_at_ms": _null(LongType()),
-            "c_seen_at": F.current_timestamp(),
-        }
-    )
+    """Message rows as the processor takes them."""
+    return messages.withColumns(_state_columns(MESSAGE))
+
+
+def as_delayed(records: DataFrame) -> DataFrame:
+    """Decoded records of the delayed topic, with `KEPT_COLUMNS` from their headers and `timestamp`.
+
+    The record's Kafka timestamp (LogAppendTime) is when its message was delayed (D2).
+    """
+    identity = tuple(F.col(c) for c in KEPT_COLUMNS)
+    at = F.unix_millis(F.col("timestamp"))
+    return records.withColumns(_state_columns(DELAYED, identity, at)).drop(*KEPT_COLUMNS, "timestamp")  # type: ignore[arg-type]
 
 
 def as_choices(records: DataFrame, messages: DataFrame) -> DataFrame:
     """Choice records (Kafka rows of the choices topic) with the columns of `as_messages(messages)`."""
-    value = F.from_json(F.col("value").cast("string"), CHOICE_VALUE)
-    parsed = records.select(value.alias("v"), F.unix_millis(F.col("timestamp")).alias("c_at_ms"))
-    parsed = parsed.where(F.col("v").isNotNull() & F.col("v.address").isNotNull())
-    columns = [
-        F.col(f"v.{f.name}").alias(f.name) if f.name in _KEY_FIELDS else _null(f.dataType).alias(f.name)
-        for f in messages.schema.fields
-    ]
+    parsed = records.select(
+        F.from_json(F.col("value").cast("string"), CHOICE_VALUE).alias("v"),
+        F.unix_millis(F.col("timestamp")).alias("at"),
+    ).where(F.col("v").isNotNull() & F.col("v.address").isNotNull())
+    given = {name: F.col(f"v.{name}") for name in _KEY_FIELDS}
+    identity = tuple(F.col(f"v.{f}") for f in _IDENTITY_FIELDS)
     return parsed.select(
-        *columns,
-        F.lit(True).alias("c_is_choice"),
-        *[F.col(f"v.{field}").alias(column) for column, field in _CHOICE_FIELDS.items()],
-        "c_at_ms",
-        F.current_timestamp().alias("c_seen_at"),
+        *_like_messages(messages, given),
+        *[c.alias(n) for n, c in _state_columns(CHOICE, identity, F.col("at")).items()],  # type: ignore[arg-type]
     )
 
 
-def keep_choices(rows: DataFrame, keep_s: float) -> DataFrame:
-    """Run the JVM processor over messages and choices; each message gets its `KEPT_COLUMNS`."""
+def as_requests(records: DataFrame, messages: DataFrame) -> DataFrame:
+    """Request records (Kafka rows of the requests topic) with the columns of `as_messages(messages)`."""
+    parsed = records.select(
+        F.from_json(F.col("value").cast("string"), REQUEST_VALUE).alias("v"),
+        F.unix_millis(F.col("timestamp")).alias("at"),
+    ).where(F.col("v").isNotNull() & F.col("v.scope").isNotNull() & F.col("v.service").isNotNull())
+    given = {"instance": F.col("v.instance"), "origin": F.col("v.scope"), "service": F.col("v.service")}
+    return parsed.select(
+        *_like_messages(messages, given),
+        *[c.alias(n) for n, c in _state_columns(REQUEST, at_ms=F.col("at"), asked=F.col("v.asked")).items()],
+    )
+
+
+def apply_state(rows: DataFrame, keep_s: float, retry_s: float) -> DataFrame:
+    """Run the JVM processor over the rows of `as_*`; see the module docstring for what leaves it."""
     spark = rows.sparkSession
     jvm = spark._jvm
     if jvm is None:
         raise RouterError("the state processor needs a classic SparkSession (a JVM), not Spark Connect")
-    kept = jvm.router.state.ChoiceKeeper.attach(rows._jdf, int(keep_s * 1000))
-    return DataFrame(kept, spark)
-
-
-def without_kept(messages: DataFrame) -> DataFrame:
-    """Messages that keep nothing (K2 switched off): the kept identity is null."""
-    return messages.withColumns({c: _null(StringType()) for c in KEPT_COLUMNS})
+    out = jvm.router.state.RouterState.apply(rows._jdf, int(keep_s * 1000), int(retry_s * 1000))
+    return DataFrame(out, spark)
 
 
 def choice_records(decided: DataFrame, topic: str, headers: Column) -> DataFrame:
@@ -110,3 +169,10 @@ def choice_records(decided: DataFrame, topic: str, headers: Column) -> DataFrame
         F.lit(topic).alias("topic"),
         headers.alias("headers"),
     )
+
+
+def request_record(instance: str, scope: str, service: str, asked: bool) -> tuple[bytes, bytes]:
+    """The key and JSON value of a request record: a MissingRoute request sent, or ended (B4, B7)."""
+    key = "\u0000".join((instance, scope, service)).encode("utf-8")
+    value = {"instance": instance, "scope": scope, "service": service, "asked": asked}
+    return key, json.dumps(value).encode("utf-8")

@@ -119,7 +119,7 @@ def decisions_from_topics(bootstrap: str, prefix: str, instance: str) -> list[di
         for t in topic_names(bootstrap)
         if t.startswith(f"{prefix}.")
         and t not in inputs
-        and not t.endswith((".routes", ".catalogs", ".mirrors", ".choices", ".deadletter"))
+        and not t.endswith((".routes", ".catalogs", ".mirrors", ".choices", ".requests", ".deadletter"))
     ]
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4()}", "enable.auto.commit": False}

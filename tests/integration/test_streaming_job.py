@@ -18,7 +18,7 @@ from streaming import topics
 from streaming.config import load_settings
 from streaming.kafka.admin import end_offsets, ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
-from streaming.rules.model import Database, Instance, Route, normalize_address
+from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, Database, Instance, Route, normalize_address
 from streaming.spark.job import RouterJob
 from streaming.tables.topic_io import publish_catalogs, put_route
 
@@ -201,7 +201,9 @@ def test_a_route_created_while_messages_wait_releases_them_in_order(spark, kafka
     assert [h["outcome"] for h, _ in delayed] == ["delayed"] * 3
     # The first could not be located (M5, AutoCreatedLocal); the others wait behind it (D1).
     assert [h.get("reason") for h, _ in delayed] == ["service_not_found", "no_route", "no_route"]
-    assert sorted(job.ledger.waiting_conversations()) == ["c9"]
+    # The replay does not read back what it delayed; the next one takes it into the state store.
+    assert job.delayed_this_run == {"c9"}
+    assert job.waiting() == []
 
     # A route appears; once the conversation is due (retry_s = 1 s) it is re-routed against the
     # routes of that moment, ahead of its newer message, and everything leaves in order.
@@ -215,7 +217,7 @@ def test_a_route_created_while_messages_wait_releases_them_in_order(spark, kafka
         time.sleep(0.1)
     produce(kafka_bootstrap, outbound, [("c9", message("c9", "Remote", 3))])
     job = replay(spark, kafka_bootstrap, prefix, tmp_path)
-    assert job.ledger.entries == []
+    assert job.waiting() == [] and job.delayed_this_run == set()
     sent = read_all(kafka_bootstrap, topics.inbound_topic("i2", prefix))
     assert [decode_message(v)["message_id"] for _, v in sent] == [f"c9:{n}" for n in range(4)]
     assert {h["route"] for h, _ in sent} == {"RemoteRoute"}
@@ -227,7 +229,7 @@ def test_replay_drains_delayed_messages_as_they_fall_due(spark, kafka_bootstrap,
     outbound = topics.outbound_topic("i1", prefix)
     produce(kafka_bootstrap, outbound, [("c7", message("c7", "Later", n)) for n in range(2)])
     job = replay(spark, kafka_bootstrap, prefix, tmp_path)
-    assert sorted(job.ledger.waiting_conversations()) == ["c7"]
+    assert job.delayed_this_run == {"c7"}
     put_route(
         kafka_bootstrap,
         Route("AW", "LaterRoute", "TCP://i2:4022", service="Later"),
@@ -236,8 +238,8 @@ def test_replay_drains_delayed_messages_as_they_fall_due(spark, kafka_bootstrap,
 
     from streaming.spark.job import run_until_drained
 
-    run_until_drained(job, max_wait_s=60, progress=lambda _: None)
-    assert job.ledger.entries == []
+    assert run_until_drained(job, max_wait_s=60, progress=lambda _: None) == 0
+    assert job.waiting() == []
     sent = read_all(kafka_bootstrap, topics.inbound_topic("i2", prefix))
     assert [decode_message(v)["message_id"] for _, v in sent] == ["c7:0", "c7:1"]
 
@@ -290,3 +292,55 @@ def test_a_conversation_keeps_its_route_across_batches_and_a_restart(
     assert went["c4:1"] == went["c4:0"]
     assert {went["c1:0"], went["c4:0"]} <= {"BalancedA", "BalancedB"}
     assert went["c6:0"] in {"BalancedA", "BalancedB", "BalancedC"}
+
+
+def test_a_missing_route_is_asked_for_once_until_a_route_for_it_appears(
+    spark, kafka_bootstrap, prefix, tmp_path
+):
+    """M4, B2-B7 through Kafka: one MissingRoute request per service, outstanding across restarts.
+
+    The request is a message to the dynamic routing service, routed like any other (here to its
+    queue in AW). Every replay is a restart, so what is outstanding comes from the state store.
+    """
+    aw = Database("AW", AW.broker_instance, True, (*AW.services, BROKER_CONFIGURATION_SERVICE))
+    i1 = Instance("i1", I1.address, (aw, MSDB), retry_s=1.0)
+    publish_catalogs(kafka_bootstrap, [i1, I2], topics.catalogs_topic(prefix))
+    routes = topics.routes_topic(prefix)
+    put_route(
+        kafka_bootstrap, Route("AW", "Directory", "LOCAL", service=BROKER_CONFIGURATION_SERVICE), routes
+    )
+    outbound = topics.outbound_topic("i1", prefix)
+    produce(kafka_bootstrap, outbound, [(c, message(c, "Remote")) for c in ("c1", "c2")])
+    job = replay(spark, kafka_bootstrap, prefix, tmp_path)
+    delayed = read_all(kafka_bootstrap, topics.delayed_topic("i1", prefix))
+    # The first asks (M4); the second sees the request pending in the same batch (B4).
+    assert [(h["match_step"], h.get("requests")) for h, _ in delayed][0] == ("M4", "Remote")
+    assert [h.get("requests") for h, _ in delayed][1:] == [None]
+    asked = read_all(kafka_bootstrap, topics.requests_topic("i1", prefix))
+    assert [json.loads(v or b"") for _, v in asked] == [
+        {"instance": "i1", "scope": "AW", "service": "Remote", "asked": True}
+    ]
+    assert len(read_all(kafka_bootstrap, outbound)) == 3  # c1, c2 and the MissingRoute request
+
+    # A restart: the request is still outstanding (state store), so c3 asks nothing (B4).
+    produce(kafka_bootstrap, outbound, [("c3", message("c3", "Remote"))])
+    job = replay(spark, kafka_bootstrap, prefix, tmp_path)
+    assert len(read_all(kafka_bootstrap, outbound)) == 4
+    assert all(
+        h.get("requests") is None
+        for h, _ in read_all(kafka_bootstrap, topics.delayed_topic("i1", prefix))[1:]
+    )
+    notices = read_all(kafka_bootstrap, topics.queue_topic("i1", "AW", BROKER_CONFIGURATION_SERVICE, prefix))
+    assert len(notices) == 1
+    assert b"<SERVICE_NAME>Remote</SERVICE_NAME>" in decode_message(notices[0][1])["body"]
+
+    # The directory answers with a route (B6): the request ends, the conversations leave (B7, D3).
+    put_route(kafka_bootstrap, Route("AW", "RemoteRoute", "TCP://i2:4022", service="Remote"), routes)
+    from streaming.spark.job import run_until_drained
+
+    assert run_until_drained(job, max_wait_s=60, progress=lambda _: None) == 0
+    sent = read_all(kafka_bootstrap, topics.inbound_topic("i2", prefix))
+    assert sorted(decode_message(v)["conversation_id"] for _, v in sent) == ["c1", "c2", "c3"]
+    ended = read_all(kafka_bootstrap, topics.requests_topic("i1", prefix))
+    assert [json.loads(v or b"")["asked"] for _, v in ended] == [True, False]
+    assert len(read_all(kafka_bootstrap, outbound)) == 4

@@ -1,0 +1,263 @@
+"""The router's state processor (`router.state.RouterState`, `streaming.spark.state`).
+
+Each step below runs a streaming query (JSON file sources, Trigger.AvailableNow) on the same
+checkpoint, so every step is also a restart: what a row is given comes from Spark's state store
+as the previous query left it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+
+from streaming.spark.state import apply_state, as_choices, as_delayed, as_messages, as_requests
+
+pytestmark = pytest.mark.integration
+
+MESSAGE_SCHEMA = (
+    "topic string, instance string, conversation_id string, origin string, service string, "
+    "pos long, id string"
+)
+DELAYED_SCHEMA = (
+    f"{MESSAGE_SCHEMA}, kept_bid string, kept_route_service string, kept_address string, timestamp timestamp"
+)
+RECORD_SCHEMA = "value string, timestamp timestamp"
+NOW = datetime.now(timezone.utc)
+SOURCES = ("messages", "choices", "delayed", "requests")
+
+
+class Keeper:
+    """Feeds rows of every kind to the processor, one micro-batch per `step`."""
+
+    def __init__(
+        self, spark: SparkSession, folder: Path, keep_s: float = 3600.0, retry_s: float = 3600.0
+    ) -> None:
+        self.spark = spark
+        self.folder = folder
+        self.checkpoint = folder / "checkpoint"
+        self.keep_s = keep_s
+        self.retry_s = retry_s
+        for name in SOURCES:
+            (folder / name).mkdir(parents=True)
+
+    def step(
+        self,
+        messages: list[dict[str, object]],
+        choices: list[dict[str, str]] | None = None,
+        delayed: list[dict[str, object]] | None = None,
+        requests: list[dict[str, str]] | None = None,
+    ) -> list[Row]:
+        """Add the rows as new files, run the query over them, return the rows it emitted."""
+        given = dict(zip(SOURCES, (messages, choices or [], delayed or [], requests or []), strict=True))
+        for name, rows in given.items():
+            if rows:
+                (self.folder / name / f"{uuid.uuid4().hex}.json").write_text(
+                    "\n".join(json.dumps(r, default=str) for r in rows), encoding="utf-8"
+                )
+        read = self.spark.readStream
+        stream = read.schema(MESSAGE_SCHEMA).json(str(self.folder / "messages"))
+        rows = as_messages(stream)
+        rows = rows.unionByName(as_delayed(read.schema(DELAYED_SCHEMA).json(str(self.folder / "delayed"))))
+        rows = rows.unionByName(
+            as_choices(read.schema(RECORD_SCHEMA).json(str(self.folder / "choices")), stream)
+        )
+        rows = rows.unionByName(
+            as_requests(read.schema(RECORD_SCHEMA).json(str(self.folder / "requests")), stream)
+        )
+        out: list[Row] = []
+
+        def collect(batch: DataFrame, _batch_id: int) -> None:
+            out.extend(batch.collect())
+
+        query = (
+            apply_state(rows, self.keep_s, self.retry_s)
+            .writeStream.foreachBatch(collect)
+            .option("checkpointLocation", str(self.checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        query.stop()
+        assert query.exception() is None, query.exception()
+        return out
+
+    def state(self) -> DataFrame:
+        """The state store as the last batch left it (Spark's state data source)."""
+        return self.spark.read.format("statestore").load(str(self.checkpoint))
+
+
+def message(
+    n: int, conversation: str = "c1", service: str = "S", instance: str = "i1", pos: int | None = None
+) -> dict[str, object]:
+    return {
+        "topic": "outbound",
+        "instance": instance,
+        "conversation_id": conversation,
+        "origin": "AW",
+        "service": service,
+        "pos": n if pos is None else pos,
+        "id": f"{conversation}:{n}",
+    }
+
+
+def choice(address: str, conversation: str = "c1", service: str = "S", at: datetime = NOW) -> dict[str, str]:
+    value = {
+        "instance": "i1",
+        "conversation_id": conversation,
+        "origin": "AW",
+        "service": service,
+        "bid": "",
+        "route_service": service,
+        "address": address,
+    }
+    return {"value": json.dumps(value), "timestamp": at.isoformat()}
+
+
+def kept(rows: list[Row]) -> dict[str, str | None]:
+    return {r["id"]: r["kept_address"] for r in rows}
+
+
+@pytest.fixture
+def keeper(spark: SparkSession, tmp_path: Path) -> Keeper:
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    return Keeper(spark, tmp_path)
+
+
+def test_a_choice_read_back_is_kept_across_batches_and_restarts(keeper: Keeper) -> None:
+    assert kept(keeper.step([message(0)])) == {"c1:0": None}
+    # The choice the router wrote for c1 comes back with c1's next message: applied first.
+    got = keeper.step([message(1)], [choice("tcp://a:4022")])
+    assert kept(got) == {"c1:1": "tcp://a:4022"}
+    assert got[0]["kept_bid"] == "" and got[0]["kept_route_service"] == "S"
+    # A later query on the same checkpoint: the state store still has it.
+    got = keeper.step([message(2), message(3, service="T"), message(4, instance="i2")])
+    assert kept(got) == {"c1:2": "tcp://a:4022", "c1:3": None, "c1:4": None}
+    # Only messages leave the processor, with the input's columns and the state's.
+    assert set(got[0].asDict()) == {
+        "topic", "instance", "conversation_id", "origin", "service", "pos", "id",
+        "kept_bid", "kept_route_service", "kept_address", "waiting", "pending_requests",
+    }  # fmt: skip
+    assert got[0]["waiting"] is False and got[0]["pending_requests"] is None
+
+
+def test_a_newer_choice_replaces_the_kept_one(keeper: Keeper) -> None:
+    keeper.step([], [choice("tcp://a:4022", at=NOW - timedelta(seconds=5)), choice("tcp://b:4022")])
+    assert kept(keeper.step([message(0)])) == {"c1:0": "tcp://b:4022"}
+    keeper.step([], [choice("tcp://c:4022", at=NOW + timedelta(seconds=1))])
+    assert kept(keeper.step([message(1)])) == {"c1:1": "tcp://c:4022"}
+    # An older record (read late) does not undo a newer choice.
+    keeper.step([], [choice("tcp://a:4022", at=NOW - timedelta(seconds=60))])
+    assert kept(keeper.step([message(2)])) == {"c1:2": "tcp://c:4022"}
+
+
+def test_a_conversations_messages_leave_in_batch_order(keeper: Keeper) -> None:
+    positions = [7, 3, 11, 1, 5]
+    rows = [message(n, pos=p) for n, p in enumerate(positions)]
+    rows += [message(n, conversation=f"other{n}") for n in range(20)]
+    got = [r for r in keeper.step(rows) if r["conversation_id"] == "c1"]
+    assert [r["pos"] for r in got] == sorted(positions)
+
+
+def test_a_choice_is_kept_keep_s_after_it_was_made(spark: SparkSession, tmp_path: Path) -> None:
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    keeper = Keeper(spark, tmp_path, keep_s=600)
+    now = datetime.now(timezone.utc)
+    keeper.step(
+        [],
+        [
+            choice("tcp://old:4022", conversation="old", at=now - timedelta(seconds=601)),
+            choice("tcp://new:4022", conversation="new", at=now - timedelta(seconds=300)),
+        ],
+    )
+    got = keeper.step([message(0, conversation="old"), message(0, conversation="new")])
+    assert kept(got) == {"old:0": None, "new:0": "tcp://new:4022"}
+    assert sorted(r["key"]["value"].split("\u0000")[1] for r in keeper.state().collect()) == ["new"]
+
+
+def delayed(
+    n: int, conversation: str = "c1", at: datetime = NOW, address: str | None = None
+) -> dict[str, object]:
+    """A record of the delayed topic: the message, the identity its conversation kept, when delayed."""
+    return {
+        **message(n, conversation=conversation, pos=n),
+        "topic": "delayed",
+        "kept_bid": "" if address else None,
+        "kept_route_service": "S" if address else None,
+        "kept_address": address,
+        "timestamp": at.isoformat(),
+    }
+
+
+def test_a_delayed_conversation_waits_then_leaves_whole_and_in_order(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """D1, D2: messages wait in the state; when the first is retry_s old all leave, ahead of new ones."""
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    keeper = Keeper(spark, tmp_path, retry_s=3)
+    delayed_at = datetime.now(timezone.utc)
+    got = keeper.step(
+        [message(10, pos=1 << 60), message(0, conversation="other", pos=1 << 60)],
+        delayed=[delayed(1, at=delayed_at, address="tcp://a:4022"), delayed(0, at=delayed_at)],
+    )
+    # The delayed records are taken in; c1's new message leaves marked waiting (D1), others do not.
+    assert {r["id"]: r["waiting"] for r in got} == {"c1:10": True, "other:0": False}
+    waiting = keeper.state().select(F.explode("value.groupState.waiting.delayed_ms").alias("at")).collect()
+    assert [r["at"] for r in waiting] == [int(delayed_at.timestamp() * 1000)] * 2
+
+    while datetime.now(timezone.utc) < delayed_at + timedelta(seconds=3.2):
+        time.sleep(0.1)
+    got = keeper.step([message(11, pos=1 << 60)])
+    # Due: both leave in their order, with the identity each kept, ahead of the new message.
+    assert [(r["id"], r["topic"], r["waiting"], r["kept_address"]) for r in got] == [
+        ("c1:0", "delayed", False, None),
+        ("c1:1", "delayed", False, "tcp://a:4022"),
+        ("c1:11", "outbound", False, None),
+    ]
+    assert keeper.state().count() == 0
+
+
+def test_a_due_conversation_leaves_at_a_batch_without_its_messages(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """D2: the timeout fires at the next batch after the conversation is due, whatever that batch holds."""
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    keeper = Keeper(spark, tmp_path, retry_s=2)
+    assert keeper.step([], delayed=[delayed(0, conversation="c2", at=datetime.now(timezone.utc))]) == []
+    time.sleep(2.5)
+    got = keeper.step([message(0, conversation="unrelated")])
+    assert sorted(r["id"] for r in got) == ["c2:0", "unrelated:0"]
+
+
+def request(scope: str, service: str, asked: bool, at: datetime = NOW) -> dict[str, str]:
+    value = {"instance": "i1", "scope": scope, "service": service, "asked": asked}
+    return {"value": json.dumps(value), "timestamp": at.isoformat()}
+
+
+def pending(rows: list[Row]) -> list[set[tuple[str, str]]]:
+    return [{(p["scope"], p["service"]) for p in r["pending_requests"]} for r in rows if r["topic"] is None]
+
+
+def test_outstanding_requests_are_told_to_every_batch_until_they_end(keeper: Keeper) -> None:
+    """B4: the requests sent stay outstanding, across restarts, until a record says they ended."""
+    later = NOW + timedelta(seconds=1)
+    got = keeper.step([], requests=[request("AW", "X", True), request("msdb", "Y", True)])
+    assert pending(got) == [{("AW", "X"), ("msdb", "Y")}]
+    assert got[0]["instance"] == "i1"
+    # The next batch, whatever it holds, is told them again (a timeout of the instance's row).
+    got = keeper.step([message(0)])
+    assert pending(got) == [{("AW", "X"), ("msdb", "Y")}]
+    assert [r["id"] for r in got if r["topic"]] == ["c1:0"]
+    # One ends; an older record read late does not bring it back.
+    got = keeper.step([], requests=[request("AW", "X", False, at=later), request("AW", "X", True, at=NOW)])
+    assert pending(got) == [{("msdb", "Y")}]
+    # The last ends: a last status row says none is outstanding, then nothing more is said.
+    assert pending(keeper.step([], requests=[request("msdb", "Y", False, at=later)])) == [set()]
+    assert pending(keeper.step([message(1)])) == []
+    assert keeper.state().count() == 0
