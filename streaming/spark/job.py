@@ -778,8 +778,15 @@ def drop_uncommitted_batch(checkpoint: Path) -> int | None:
     When no batch was ever committed, the query starts anew, and Spark wants an empty state folder
     for a first batch: what a lost first attempt wrote under `state/` is removed, also when it was
     killed before it logged its offsets (the state's schema files are written while planning).
+    Temporary files of a log entry that was being written are removed too.
     """
     offsets, commits = checkpoint / "offsets", checkpoint / "commits"
+    for folder in (offsets, commits):
+        # A log file being written when the job died stays behind as `.N.<uuid>.tmp` (and its
+        # `.crc`); Spark refuses a first batch whose commit log holds any file.
+        for leftover in folder.iterdir() if folder.is_dir() else ():
+            if ".tmp" in leftover.name:
+                leftover.unlink(missing_ok=True)
     planned = [int(p.name) for p in offsets.glob("[0-9]*")] if offsets.is_dir() else []
     done = [int(p.name) for p in commits.glob("[0-9]*")] if commits.is_dir() else []
     if not done:

@@ -200,7 +200,7 @@ def test_a_delayed_conversation_waits_then_leaves_whole_and_in_order(
 ) -> None:
     """D1, D2: messages wait in the state; when the first is retry_s old all leave, ahead of new ones."""
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-    keeper = Keeper(spark, tmp_path, retry_s=3)
+    keeper = Keeper(spark, tmp_path, retry_s=3600)
     delayed_at = datetime.now(timezone.utc)
     got = keeper.step(
         [message(10, pos=1 << 60), message(0, conversation="other", pos=1 << 60)],
@@ -210,15 +210,17 @@ def test_a_delayed_conversation_waits_then_leaves_whole_and_in_order(
     assert {r["id"]: r["waiting"] for r in got} == {"c1:10": True, "other:0": False}
     waiting = keeper.state().select(F.explode("value.groupState.waiting.delayed_ms").alias("at")).collect()
     assert [r["at"] for r in waiting] == [int(delayed_at.timestamp() * 1000)] * 2
+    # Still waiting at the next batch (a restart), while they are not due.
+    assert [(r["id"], r["waiting"]) for r in keeper.step([message(11, pos=1 << 60)])] == [("c1:11", True)]
 
-    while datetime.now(timezone.utc) < delayed_at + timedelta(seconds=3.2):
-        time.sleep(0.1)
-    got = keeper.step([message(11, pos=1 << 60)])
-    # Due: both leave in their order, with the identity each kept, ahead of the new message.
+    # Restarted with a shorter retry interval, they are due now: both leave in their order, with
+    # the identity each kept, ahead of the new message.
+    keeper.retry_s = 1.0
+    got = keeper.step([message(12, pos=1 << 60)])
     assert [(r["id"], r["topic"], r["waiting"], r["kept_address"]) for r in got] == [
         ("c1:0", "delayed", False, None),
         ("c1:1", "delayed", False, "tcp://a:4022"),
-        ("c1:11", "outbound", False, None),
+        ("c1:12", "outbound", False, None),
     ]
     assert keeper.state().count() == 0
 
@@ -228,9 +230,12 @@ def test_a_due_conversation_leaves_at_a_batch_without_its_messages(
 ) -> None:
     """D2: the timeout fires at the next batch after the conversation is due, whatever that batch holds."""
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-    keeper = Keeper(spark, tmp_path, retry_s=2)
-    assert keeper.step([], delayed=[delayed(0, conversation="c2", at=datetime.now(timezone.utc))]) == []
-    time.sleep(2.5)
+    keeper = Keeper(spark, tmp_path, retry_s=0.001)
+    # Stamped ahead of the clock, so that it is not due yet however long the first batch takes.
+    due = datetime.now(timezone.utc) + timedelta(seconds=12)
+    assert keeper.step([], delayed=[delayed(0, conversation="c2", at=due)]) == []
+    while datetime.now(timezone.utc) <= due + timedelta(seconds=0.2):
+        time.sleep(0.1)
     got = keeper.step([message(0, conversation="unrelated")])
     assert sorted(r["id"] for r in got) == ["c2:0", "unrelated:0"]
 

@@ -54,3 +54,16 @@ def test_state_written_before_a_first_batch_logged_its_offsets_is_removed(tmp_pa
     (tmp_path / "state" / "0" / "_stateSchema").mkdir(parents=True)
     assert drop_uncommitted_batch(tmp_path) is None
     assert not (tmp_path / "state").exists()
+
+
+def test_a_commit_being_written_when_the_job_died_is_removed(tmp_path: Path) -> None:
+    """Killed while committing its first batch: the commit's temporary file must not stay behind."""
+    log(tmp_path / "offsets", 0)
+    (tmp_path / "commits").mkdir()
+    (tmp_path / "commits" / ".0.8d9d34c5-7c22-4fe3-937a-7f43c8b919aa.tmp").write_text("v1\n")
+    (tmp_path / "commits" / "..0.8d9d34c5-7c22-4fe3-937a-7f43c8b919aa.tmp.crc").write_text("crc")
+    (tmp_path / "state" / "0").mkdir(parents=True)
+    assert drop_uncommitted_batch(tmp_path) == 0
+    assert list((tmp_path / "commits").iterdir()) == []
+    assert list((tmp_path / "offsets").iterdir()) == []
+    assert not (tmp_path / "state").exists()
