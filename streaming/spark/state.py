@@ -27,6 +27,7 @@ choices and requests from the compacted topics.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -84,7 +85,7 @@ def _null(dtype: DataType) -> Column:
 
 def _state_columns(
     kind: int,
-    identity: tuple[Column, Column, Column] | None = None,
+    identity: Sequence[Column] | None = None,
     at_ms: Column | None = None,
     asked: Column | None = None,
 ) -> dict[str, Column]:
@@ -114,7 +115,7 @@ def as_delayed(records: DataFrame) -> DataFrame:
     """
     identity = tuple(F.col(c) for c in KEPT_COLUMNS)
     at = F.unix_millis(F.col("timestamp"))
-    return records.withColumns(_state_columns(DELAYED, identity, at)).drop(*KEPT_COLUMNS, "timestamp")  # type: ignore[arg-type]
+    return records.withColumns(_state_columns(DELAYED, identity, at)).drop(*KEPT_COLUMNS, "timestamp")
 
 
 def as_choices(records: DataFrame, messages: DataFrame) -> DataFrame:
@@ -127,7 +128,7 @@ def as_choices(records: DataFrame, messages: DataFrame) -> DataFrame:
     identity = tuple(F.col(f"v.{f}") for f in _IDENTITY_FIELDS)
     return parsed.select(
         *_like_messages(messages, given),
-        *[c.alias(n) for n, c in _state_columns(CHOICE, identity, F.col("at")).items()],  # type: ignore[arg-type]
+        *[c.alias(n) for n, c in _state_columns(CHOICE, identity, F.col("at")).items()],
     )
 
 
