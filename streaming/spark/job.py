@@ -396,7 +396,7 @@ class RouterJob:
 
     def waiting(self) -> list[int]:
         """When each delayed message in the state store was delayed (epoch ms), as of the last batch."""
-        if not (self.checkpoint / "commits").is_dir() or not any((self.checkpoint / "commits").iterdir()):
+        if not logged_batches(self.checkpoint / "commits"):
             return []
         state = self.spark.read.format("statestore").load(str(self.checkpoint))
         rows = state.select(F.explode("value.groupState.waiting.delayed_ms").alias("at")).collect()
@@ -765,6 +765,11 @@ def _header_value(name: str) -> Column:
     return F.get(named, 0)["value"].cast("string")
 
 
+def logged_batches(log: Path) -> list[int]:
+    """The batch ids a query's offset or commit log holds (its files named by number)."""
+    return [int(p.name) for p in log.glob("[0-9]*")] if log.is_dir() else []
+
+
 def drop_uncommitted_batch(checkpoint: Path) -> int | None:
     """Remove the offset-log entry of a batch that was planned but never committed; return its id.
 
@@ -787,8 +792,7 @@ def drop_uncommitted_batch(checkpoint: Path) -> int | None:
         for leftover in folder.iterdir() if folder.is_dir() else ():
             if ".tmp" in leftover.name:
                 leftover.unlink(missing_ok=True)
-    planned = [int(p.name) for p in offsets.glob("[0-9]*")] if offsets.is_dir() else []
-    done = [int(p.name) for p in commits.glob("[0-9]*")] if commits.is_dir() else []
+    planned, done = logged_batches(offsets), logged_batches(commits)
     if not done:
         shutil.rmtree(checkpoint / "state", ignore_errors=True)
     if not planned or max(planned) <= max(done, default=-1):
