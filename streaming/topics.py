@@ -2,6 +2,7 @@
 
     {prefix}.routes                          compacted: route tables (key scope/name, drop = tombstone)
     {prefix}.catalogs                        compacted: instance catalogs (key instance name)
+    {prefix}.mirrors                         compacted: mirror partner roles (key normalized address)
     {prefix}.{instance}.outbound             messages sent by the instance's own services
     {prefix}.{instance}.inbound              messages arriving from other instances (origin remote)
     {prefix}.{instance}.queue.{db}.{service} a local service queue (deliver)
@@ -48,6 +49,11 @@ def routes_topic(prefix: str = DEFAULT_PREFIX) -> str:
 def catalogs_topic(prefix: str = DEFAULT_PREFIX) -> str:
     """The compacted topic of instance catalogs."""
     return f"{prefix}.catalogs"
+
+
+def mirrors_topic(prefix: str = DEFAULT_PREFIX) -> str:
+    """The compacted topic of mirror partner roles: key the normalized address, value the role."""
+    return f"{prefix}.mirrors"
 
 
 def outbound_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:

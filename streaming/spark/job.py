@@ -86,11 +86,6 @@ _GUID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 SOURCE_DELAYED, SOURCE_OUTBOUND, SOURCE_INBOUND = 0, 1, 2
 
 
-def mirrors_topic(prefix: str) -> str:
-    """The compacted topic of mirror partner roles: key the normalized address, value the role."""
-    return f"{prefix}.mirrors"
-
-
 def _offsets_json(topic: str, offsets: dict[int, int]) -> str:
     return json.dumps({topic: {str(p): o for p, o in offsets.items()}})
 
@@ -177,7 +172,7 @@ class RouteSnapshots:
     def refresh(self) -> Snapshot:
         """Return the snapshot of the routes as they are now (reading the topic only if it changed)."""
         routes_end = end_offsets(self.settings.bootstrap, self.routes_topic)
-        mirrors_end = end_offsets(self.settings.bootstrap, mirrors_topic(self.settings.topic_prefix))
+        mirrors_end = end_offsets(self.settings.bootstrap, topics.mirrors_topic(self.settings.topic_prefix))
         if self.current is not None and self._offsets == (routes_end, mirrors_end):
             return self.current
         routes = self._read_routes(routes_end)
@@ -226,7 +221,7 @@ class RouteSnapshots:
         )
 
     def _read_mirrors(self) -> dict[str, MirrorRole]:
-        latest, _ = read_latest(self.settings.bootstrap, mirrors_topic(self.settings.topic_prefix))
+        latest, _ = read_latest(self.settings.bootstrap, topics.mirrors_topic(self.settings.topic_prefix))
         roles: dict[str, MirrorRole] = {}
         for key, stored in latest.items():
             try:
@@ -270,7 +265,7 @@ class RouterJob:
             settings.bootstrap,
             [
                 topics.routes_topic(settings.topic_prefix),
-                mirrors_topic(settings.topic_prefix),
+                topics.mirrors_topic(settings.topic_prefix),
                 self.topology.choices,
                 self.topology.requests,
             ],

@@ -24,7 +24,7 @@ from streaming.kafka.avro import decode_message, encode_message, new_message_rec
 from streaming.rules.model import CURRENT_DATABASE
 from streaming.scenario import AckEvent, MessageEvent, load_scenario
 from streaming.scenario_check import evaluate
-from streaming.spark.job import RouterJob, mirrors_topic
+from streaming.spark.job import RouterJob
 from streaming.tables.topic_io import publish_catalogs, put_route
 
 pytestmark = pytest.mark.integration
@@ -68,10 +68,10 @@ def produce_scenario(bootstrap: str, prefix: str, path: Path) -> None:
     for route in scenario.routes:
         put_route(bootstrap, route, topics.routes_topic(prefix))
     if scenario.mirrors:
-        ensure_topics(bootstrap, [mirrors_topic(prefix)], compacted=True)
+        ensure_topics(bootstrap, [topics.mirrors_topic(prefix)], compacted=True)
         producer = Producer({"bootstrap.servers": bootstrap})
         for address, role in scenario.mirrors.items():
-            producer.produce(mirrors_topic(prefix), key=address.encode(), value=role.value.encode())
+            producer.produce(topics.mirrors_topic(prefix), key=address.encode(), value=role.value.encode())
         assert producer.flush(30) == 0
     outbound, inbound = (
         topics.outbound_topic(instance.name, prefix),
