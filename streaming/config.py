@@ -4,7 +4,7 @@ A settings file is YAML; every key is optional but `instance`:
 
     instance: i1                      # the instance whose traffic this job routes (catalog name)
     bootstrap: 127.0.0.1:19092        # Kafka bootstrap servers (env ROUTER_BOOTSTRAP overrides)
-    topic_prefix: router              # the router's topic namespace (streaming.topics)
+    topic_prefix: router              # topic namespace, 1 to 150 of [A-Za-z0-9._-] (streaming.topics)
     checkpoint_dir: .state/checkpoints/i1
     trigger_seconds: 1.0              # micro-batch interval of `router run`
     max_offsets_per_trigger: 200000   # upper bound of records per micro-batch
@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from streaming.errors import ConfigError
+from streaming.topics import DEFAULT_PREFIX, check_prefix
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
 _KNOWN = {
@@ -50,7 +51,7 @@ class Settings:
 
     instance: str
     bootstrap: str = DEFAULT_BOOTSTRAP
-    topic_prefix: str = "router"
+    topic_prefix: str = DEFAULT_PREFIX
     checkpoint_dir: Path = Path(".state/checkpoints")
     trigger_seconds: float = 1.0
     max_offsets_per_trigger: int = 200_000
@@ -102,7 +103,7 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
         settings = Settings(
             instance=instance,
             bootstrap=str(raw.get("bootstrap", DEFAULT_BOOTSTRAP)),
-            topic_prefix=str(raw.get("topic_prefix", "router")),
+            topic_prefix=str(raw.get("topic_prefix", DEFAULT_PREFIX)),
             checkpoint_dir=Path(raw.get("checkpoint_dir", Path(".state/checkpoints") / instance)),
             trigger_seconds=float(raw.get("trigger_seconds", 1.0)),
             max_offsets_per_trigger=int(raw.get("max_offsets_per_trigger", 200_000)),
@@ -117,4 +118,8 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
         raise ConfigError(f"{where}: trigger_seconds and max_offsets_per_trigger must be positive")
     if settings.keep_choice_s < 0:
         raise ConfigError(f"{where}: keep_choice_s must be 0 (off) or a number of seconds")
+    try:
+        check_prefix(settings.topic_prefix)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: topic_prefix: {exc}") from exc
     return settings

@@ -1,5 +1,7 @@
 """The topic naming scheme: every destination has its own topic, inside the router's namespace.
 
+This module is the one home of topic names.
+
     {prefix}.routes                          compacted: route tables (key scope/name, drop = tombstone)
     {prefix}.catalogs                        compacted: instance catalogs (key instance name)
     {prefix}.mirrors                         compacted: mirror partner roles (key normalized address)
@@ -14,88 +16,153 @@
     {prefix}.{instance}.deadletter           records that could not be decoded, with the error
 
 A message sent or forwarded to the address of a known instance goes to that instance's inbound topic.
-Names taken from instances, databases, services and addresses are escaped so that no two distinct
-names map to one topic: every byte outside [A-Za-z0-9] becomes `-` and two hex digits (`-` itself
-too, `_`, and `.`, the separator). So a topic name never holds `_`, and Kafka's folding of `.` and
-`_` (they collide in its metric names) cannot make two of them collide. A part longer than
-`MAX_PART` is cut and ends with `-h` and 16 hex digits of the SHA-256 of the whole name: `-h` never
-occurs in an escaped name, so a cut name cannot equal an uncut one. No escaped part starts with
-`-n`, so the `-net` namespace of network topics is apart from every instance's.
+
+**Parts.** Names taken from instances, databases, services and addresses are escaped so that no two
+distinct names map to one topic: every byte of the name's UTF-8 outside [A-Za-z0-9] becomes `-` and
+two lowercase hex digits (`-` itself too, `_`, and `.`, the separator); the empty name becomes `-`.
+So a generated part never holds `_` or `.`, and Kafka's folding of `.` and `_` (they collide in its
+metric names) cannot make two topics collide. A part longer than `MAX_PART` is cut: its first
+characters, then `-h` and `HASH_DIGITS` hex digits of the SHA-256 of the whole name. `-h` never
+occurs in an escaped name, so a cut part cannot equal an uncut one. No part starts with `-n`, so
+the `-net` namespace of network topics is apart from every instance's.
+
+**Whole names.** Kafka refuses a topic name longer than `MAX_TOPIC` (249) characters. A name laid
+out as above that is longer (only a queue topic can be, with three long parts) is cut as a whole:
+its first `MAX_TOPIC - 18` characters, then `-t` and `HASH_DIGITS` hex digits of the SHA-256 of the
+whole laid-out name, `MAX_TOPIC` characters in all. `-t` never occurs after the prefix of a name
+that is not cut, so a cut name cannot equal an uncut one; two cut names are told apart by their
+hashes, as cut parts are. Names of `MAX_TOPIC` characters or fewer are exactly what the layout
+gives, so topics named by earlier versions keep their names.
+
+**The prefix** is the operator's namespace and is not escaped: 1 to `MAX_PREFIX` (150) characters of
+[A-Za-z0-9._-], Kafka's own topic characters (`check_prefix`). The bound leaves room in a cut name
+for its whole `{prefix}.{instance}.queue.` (at most 150 + 68 characters) and at least 13 characters
+of the database and service parts before the hash: a cut name still says whose queue it is, and
+every other kind of topic fits uncut (at most 150 + 72 characters). Every function here refuses
+another prefix with a ConfigError. Names are distinct for one prefix; two deployments whose prefixes
+differ only by `.` and `_` share Kafka's metric names and should not share a cluster.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+
+from streaming.errors import ConfigError
 
 DEFAULT_PREFIX = "router"
+MAX_TOPIC = 249
+"""Kafka's longest topic name."""
 MAX_PART = 60
+"""The longest escaped part; a longer one is cut and hashed."""
+MAX_PREFIX = 150
+"""The longest prefix (see the module docstring for why)."""
+HASH_DIGITS = 16
+"""Hex digits of SHA-256 that end a cut part or a cut name."""
+PART_CUT_MARK = "-h"
+"""What separates a cut part's head from its hash."""
+TOPIC_CUT_MARK = "-t"
+"""What separates a cut topic name's head from its hash."""
+
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+_PREFIX_CHARACTERS = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def check_prefix(prefix: str) -> str:
+    """Return `prefix` if topics can be named under it, else raise ConfigError saying why.
+
+    A prefix is 1 to MAX_PREFIX characters of [A-Za-z0-9._-] (see the module docstring).
+    """
+    expected = f"expected a topic prefix of 1 to {MAX_PREFIX} characters of [A-Za-z0-9._-]"
+    if not prefix:
+        raise ConfigError(f"{expected}, got an empty one")
+    if not _PREFIX_CHARACTERS.fullmatch(prefix):
+        illegal = "".join(sorted({c for c in prefix if not _PREFIX_CHARACTERS.fullmatch(c)}))
+        raise ConfigError(f"{expected} (Kafka's topic characters), got {prefix!r}, which holds {illegal!r}")
+    if len(prefix) > MAX_PREFIX:
+        raise ConfigError(
+            f"{expected} (the rest of a topic name needs the other {MAX_TOPIC - MAX_PREFIX} of Kafka's "
+            f"{MAX_TOPIC}), got {prefix!r}, {len(prefix)} characters long"
+        )
+    return prefix
+
+
+def _hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:HASH_DIGITS]
 
 
 def escape(part: str) -> str:
     """Escape one name into topic-safe characters, injectively (see the module docstring)."""
     out = "".join(chr(b) if b in _SAFE else f"-{b:02x}" for b in part.encode("utf-8"))
     if len(out) > MAX_PART:
-        digest = hashlib.sha256(part.encode("utf-8")).hexdigest()[:16]
-        out = f"{out[: MAX_PART - 18]}-h{digest}"
+        out = out[: MAX_PART - len(PART_CUT_MARK) - HASH_DIGITS] + PART_CUT_MARK + _hash(part.encode("utf-8"))
     return out or "-"
+
+
+def _topic(prefix: str, *parts: str) -> str:
+    """The name of the topic `{prefix}.{part}.{part}...`, cut as a whole when Kafka would refuse it."""
+    name = ".".join((check_prefix(prefix), *parts))
+    if len(name) <= MAX_TOPIC:
+        return name
+    head = name[: MAX_TOPIC - len(TOPIC_CUT_MARK) - HASH_DIGITS]
+    return head + TOPIC_CUT_MARK + _hash(name.encode("ascii"))
 
 
 def routes_topic(prefix: str = DEFAULT_PREFIX) -> str:
     """The compacted topic of every route table."""
-    return f"{prefix}.routes"
+    return _topic(prefix, "routes")
 
 
 def catalogs_topic(prefix: str = DEFAULT_PREFIX) -> str:
     """The compacted topic of instance catalogs."""
-    return f"{prefix}.catalogs"
+    return _topic(prefix, "catalogs")
 
 
 def mirrors_topic(prefix: str = DEFAULT_PREFIX) -> str:
     """The compacted topic of mirror partner roles: key the normalized address, value the role."""
-    return f"{prefix}.mirrors"
+    return _topic(prefix, "mirrors")
 
 
 def outbound_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
     """Messages the instance's own services send."""
-    return f"{prefix}.{escape(instance)}.outbound"
+    return _topic(prefix, escape(instance), "outbound")
 
 
 def inbound_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
     """Messages arriving at the instance from other instances."""
-    return f"{prefix}.{escape(instance)}.inbound"
+    return _topic(prefix, escape(instance), "inbound")
 
 
 def queue_topic(instance: str, database: str, service: str, prefix: str = DEFAULT_PREFIX) -> str:
     """The queue of a service hosted by one of the instance's databases."""
-    return f"{prefix}.{escape(instance)}.queue.{escape(database)}.{escape(service)}"
+    return _topic(prefix, escape(instance), "queue", escape(database), escape(service))
 
 
 def network_topic(normalized_address: str, prefix: str = DEFAULT_PREFIX) -> str:
     """Messages for a network address that no known instance answers to."""
-    return f"{prefix}.-net.{escape(normalized_address)}"
+    return _topic(prefix, "-net", escape(normalized_address))
 
 
 def delayed_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
     """The instance's delayed messages, each due retry_s after it was written."""
-    return f"{prefix}.{escape(instance)}.delayed"
+    return _topic(prefix, escape(instance), "delayed")
 
 
 def choices_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
     """The route choices the instance's router made for conversations (K2), read back by it."""
-    return f"{prefix}.{escape(instance)}.choices"
+    return _topic(prefix, escape(instance), "choices")
 
 
 def requests_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
     """The MissingRoute requests the instance's router sent and saw end (B4), read back by it."""
-    return f"{prefix}.{escape(instance)}.requests"
+    return _topic(prefix, escape(instance), "requests")
 
 
 def dropped_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
     """The instance's dropped and discarded messages, with the reason."""
-    return f"{prefix}.{escape(instance)}.dropped"
+    return _topic(prefix, escape(instance), "dropped")
 
 
 def deadletter_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
     """Records the instance could not decode, with the error."""
-    return f"{prefix}.{escape(instance)}.deadletter"
+    return _topic(prefix, escape(instance), "deadletter")

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 
 from streaming.errors import ConfigError
-from streaming.topics import DEFAULT_PREFIX
+from streaming.topics import DEFAULT_PREFIX, MAX_PREFIX, check_prefix
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
 """Where `router kafka start` (and docker-compose.yml) puts the broker."""
@@ -26,13 +26,30 @@ def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_prefix_argument(parser: argparse.ArgumentParser) -> None:
-    """Add `--topic-prefix` (default: the router's namespace)."""
+def topic_prefix_type(text: str) -> str:
+    """The argparse type of `--topic-prefix`: a prefix `streaming.topics.check_prefix` accepts.
+
+    A refused prefix is a usage error (exit 2) with check_prefix's message.
+    """
+    try:
+        return check_prefix(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def add_prefix_argument(parser: argparse.ArgumentParser, default: str | None = DEFAULT_PREFIX) -> None:
+    """Add `--topic-prefix`; `default=None` leaves the prefix to a settings file (`run`, `replay`)."""
+    shown = (
+        f"default: {default}"
+        if default is not None
+        else f"overrides the settings file; default: {DEFAULT_PREFIX}"
+    )
     parser.add_argument(
         "--topic-prefix",
         metavar="P",
-        default=DEFAULT_PREFIX,
-        help=f"namespace of the router's topics (default: {DEFAULT_PREFIX})",
+        type=topic_prefix_type,
+        default=default,
+        help=f"namespace of the router's topics, 1 to {MAX_PREFIX} characters of [A-Za-z0-9._-] ({shown})",
     )
 
 

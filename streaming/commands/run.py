@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from streaming.commands.common import add_prefix_argument
 from streaming.config import load_settings
 
 
@@ -31,7 +32,8 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap", help="Kafka bootstrap servers (default 127.0.0.1:19092, env ROUTER_BOOTSTRAP)"
     )
-    parser.add_argument("--topic-prefix", help="the router's topic namespace (default: router)")
+    # No default here: a prefix from the settings file holds unless the flag is given.
+    add_prefix_argument(parser, default=None)
     parser.add_argument(
         "--checkpoint-dir", help="where the query keeps its checkpoint (default .state/checkpoints/INSTANCE)"
     )

@@ -289,3 +289,40 @@ def test_settings_keep_choices_an_hour_unless_told(tmp_path: Path) -> None:
     path.write_text("instance: i1\nkeep_choice_s: -1\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="keep_choice_s must be 0"):
         load_settings(path)
+
+
+def test_settings_refuse_a_topic_prefix_kafka_cannot_take(tmp_path: Path) -> None:
+    from streaming.config import load_settings
+
+    assert load_settings(None, instance="i1").topic_prefix == "router"
+    path = tmp_path / "s.yaml"
+    path.write_text("instance: i1\ntopic_prefix: acme.router_1\n", encoding="utf-8")
+    assert load_settings(path).topic_prefix == "acme.router_1"
+    path.write_text("instance: i1\ntopic_prefix: acme router\n", encoding="utf-8")
+    expected = r"expected a topic prefix of 1 to 150 characters of \[A-Za-z0-9._-\]"
+    with pytest.raises(ConfigError, match=rf"s\.yaml: topic_prefix: {expected} .*got 'acme router'"):
+        load_settings(path)
+    with pytest.raises(ConfigError, match=rf"settings: topic_prefix: {expected} .*151 characters long"):
+        load_settings(None, instance="i1", topic_prefix="x" * 151)
+
+
+@pytest.mark.parametrize("command", [["routes", "list"], ["catalogs", "load"], ["send"], ["run"], ["replay"]])
+def test_the_topic_prefix_flag_refuses_a_prefix_kafka_cannot_take(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from streaming.cli import build_parser
+
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args([*command, "--topic-prefix", "acme/router"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --topic-prefix: expected a topic prefix of 1 to 150 characters" in err
+    assert "got 'acme/router', which holds '/'" in err
+
+
+def test_run_takes_the_prefix_from_its_settings_file_unless_the_flag_says() -> None:
+    from streaming.cli import build_parser
+
+    assert build_parser().parse_args(["run"]).topic_prefix is None
+    assert build_parser().parse_args(["run", "--topic-prefix", "acme.r"]).topic_prefix == "acme.r"
+    assert parse(["routes", "list"]).topic_prefix == "router"
