@@ -1,6 +1,7 @@
 """The topic naming scheme: every destination has its own topic, inside the router's namespace.
 
-This module is the one home of topic names.
+This module is the one home of topic names; `streaming.spark.topic_names` is its Spark SQL twin,
+tested against it.
 
     {prefix}.routes                          compacted: route tables (key scope/name, drop = tombstone)
     {prefix}.catalogs                        compacted: instance catalogs (key instance name)
