@@ -24,7 +24,8 @@ from streaming.commands.common import (
 )
 from streaming.rules.model import Route
 from streaming.tables.loading import load_route_files
-from streaming.tables.topic_io import publish_routes, read_route_table
+from streaming.tables.reader import read_routes
+from streaming.tables.topic_io import publish_routes
 from streaming.topics import routes_topic
 
 
@@ -76,7 +77,8 @@ def run_list(args: argparse.Namespace) -> int:
     """Print the table on the routes topic, expired routes marked."""
     at = parse_instant_arg(args.at, "--at") if args.at else utc_now()
     topic = routes_topic(args.topic_prefix)
-    routes, version = read_route_table(bootstrap_from(args), topic)
+    read = read_routes(bootstrap_from(args), topic)
+    routes, version = read.values(), read.version
     if args.scope is not None:
         routes = tuple(r for r in routes if r.scope == args.scope)
     if args.json:
