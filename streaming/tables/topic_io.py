@@ -17,7 +17,7 @@ operations are applied to it, and only then is anything produced).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -29,6 +29,7 @@ from streaming.rules.model import Instance, Route
 from streaming.tables.operations import RouteChange, RouteOperation, plan_route_changes, route_key
 from streaming.tables.reader import DEFAULT_TIMEOUT_S, TableReader, read_catalog_table, read_routes
 from streaming.tables.records import RawRecords
+from streaming.tables.validate import check_known_scope, route_subject
 
 _LIBRDKAFKA_LOG = logging.getLogger("streaming.kafka.librdkafka")
 
@@ -132,16 +133,29 @@ def publish_route_changes(
 
 
 def publish_routes(
-    bootstrap: str, operations: Sequence[RouteOperation], topic: str, *, timeout: float = DEFAULT_TIMEOUT_S
+    bootstrap: str,
+    operations: Sequence[RouteOperation],
+    topic: str,
+    *,
+    databases: Collection[str] | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
 ) -> list[RouteChange]:
     """Apply route operations to the table on `topic` and publish the result; return what changed.
 
     The current table is read first (records the reader skips are left out, with a warning) and
     every operation checked against it (an alter or drop of a route that does not exist, an alter
-    that breaks a route rule) before anything is produced.
+    that breaks a route rule) before anything is produced. With `databases` (the catalogs' database
+    names, `reader.catalog_databases`) a created or altered route must also have one of them as its
+    scope; a drop needs none, so that the routes of a database that left the catalogs can go.
     """
     current = read_routes(bootstrap, topic, timeout=timeout)
     changes = plan_route_changes(current.table, operations)
+    if databases is not None:
+        for change in changes:
+            if change.route is not None:
+                check_known_scope(
+                    change.route.scope, databases, change.source, route_subject(change.scope, change.name)
+                )
     publish_route_changes(bootstrap, changes, topic, timeout=timeout)
     return changes
 
