@@ -58,6 +58,7 @@ from streaming.tables.validate import (
     check_guid,
     check_int,
     check_known_fields,
+    check_mirror_role,
     check_seconds,
     check_service,
     check_sysname,
@@ -290,7 +291,8 @@ class _Events:
             )
         _require(fields, ("address", "role"), body_source, subject)
         address = check_tcp_address(fields["address"], body_source, subject, "address")
-        return MirrorEvent(normalize_address(address), _role(fields["role"], body_source, subject))
+        role = check_mirror_role(fields["role"], body_source, subject)
+        return MirrorEvent(normalize_address(address), role)
 
     def route(self, body: object, source: Source, index: int) -> RouteOperation:
         """A create/alter/drop, checked against the tables as they are at this point of the timeline."""
@@ -356,7 +358,7 @@ def _mirrors(data: object, source: Source) -> dict[str, MirrorRole]:
     if not isinstance(data, dict):
         fail(source, "mirrors", "expected a mapping of partner address to role")
     return {
-        normalize_address(check_tcp_address(address, source, "mirrors", "address")): _role(
+        normalize_address(check_tcp_address(address, source, "mirrors", "address")): check_mirror_role(
             role, source, "mirrors"
         )
         for address, role in data.items()
@@ -423,14 +425,6 @@ def _ident(value: object, source: Source, subject: str, field: str) -> str:
     if not isinstance(value, str) or not value:
         fail(source, subject, f"expected a non-empty id, got {value!r}", field)
     return value
-
-
-def _role(value: object, source: Source, subject: str) -> MirrorRole:
-    try:
-        return MirrorRole(value)
-    except ValueError:
-        roles = ", ".join(r.value for r in MirrorRole)
-        fail(source, subject, f"expected one of {roles}, got {value!r}", "role")
 
 
 # ------------------------------------------------------------------------------------------ running

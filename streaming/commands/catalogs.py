@@ -2,12 +2,16 @@
 
 A catalog is one instance's databases (name, broker instance, whether delivery is on, services)
 and its Service Broker endpoint settings (address, MESSAGE_FORWARDING, MESSAGE_FORWARD_SIZE, F1).
+`list` reads the topic with the table reader: a record that is not a valid catalog is skipped with
+a warning and counted, and `list --strict` makes it an error. `load` replaces each instance's
+record without reading the topic first.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +20,14 @@ from streaming.commands.common import (
     add_prefix_argument,
     bootstrap_from,
     format_table,
+    refuse_skipped,
+    skipped_note,
 )
 from streaming.kafka.avro import catalog_to_record
 from streaming.rules.model import Instance
 from streaming.tables.loading import load_catalog_files
-from streaming.tables.topic_io import publish_catalogs, read_catalogs
+from streaming.tables.reader import read_catalog_table
+from streaming.tables.topic_io import publish_catalogs
 from streaming.topics import catalogs_topic
 
 
@@ -40,6 +47,9 @@ def register(subparsers: Any) -> None:
 
     listing = sub.add_parser("list", help="print the catalogs read back from the catalogs topic")
     listing.add_argument("--json", action="store_true", help="one JSON object per instance")
+    listing.add_argument(
+        "--strict", action="store_true", help="exit 2, listing them, if any record of the topic is skipped"
+    )
     add_bootstrap_argument(listing)
     add_prefix_argument(listing)
     listing.set_defaults(func=run_list)
@@ -60,16 +70,21 @@ def run_load(args: argparse.Namespace) -> int:
 
 def run_list(args: argparse.Namespace) -> int:
     """Print each instance's endpoint settings and databases."""
-    topic = catalogs_topic(args.topic_prefix)
-    instances, version = read_catalogs(bootstrap_from(args), topic)
+    read = read_catalog_table(bootstrap_from(args), catalogs_topic(args.topic_prefix))
+    if args.strict:
+        refuse_skipped(read)
+    instances = read.values()
     if args.json:
         for instance in instances:
             print(json.dumps(catalog_to_record(instance)))
+        if read.skipped:
+            print(skipped_note(read), file=sys.stderr)
         return 0
     for instance in instances:
         print(describe(instance))
         print()
-    print(f"{topic} version {version}: {len(instances)} instance(s)")
+    summary = f"{read.topic} version {read.version}: {len(instances)} instance(s)"
+    print(summary + (f"; {skipped_note(read)}" if read.skipped else ""))
     return 0
 
 

@@ -7,8 +7,10 @@ import base64
 import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
+from typing import Any
 
-from streaming.errors import ConfigError
+from streaming.errors import ConfigError, RouterError
+from streaming.tables.reader import TableRead
 from streaming.topics import DEFAULT_PREFIX, MAX_PREFIX, check_prefix
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
@@ -117,3 +119,18 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         for line in (headers, *rows)
     ]
     return "\n".join(lines)
+
+
+def skipped_note(read: TableRead[Any]) -> str:
+    """Return how many records the read skipped, and where they are described."""
+    return f"{len(read.skipped)} record(s) skipped (see the warnings; --strict makes them an error)"
+
+
+def refuse_skipped(read: TableRead[Any]) -> None:
+    """Raise RouterError listing the records the read skipped, if it skipped any (`--strict`)."""
+    if read.skipped:
+        listed = "\n  ".join(skipped.describe(read.topic) for skipped in read.skipped)
+        raise RouterError(
+            f"--strict: expected every record of {read.topic} to be valid, {len(read.skipped)} skipped:\n  "
+            f"{listed}\nwrite the key again with a valid value (or a tombstone) to replace each one"
+        )

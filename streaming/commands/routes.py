@@ -3,12 +3,19 @@
 `load` reads YAML route tables and CREATE/ALTER/DROP ROUTE scripts, validates all of them against
 each other and against the table on the topic, and only then publishes (a drop is a tombstone).
 `list` reads the table back from the topic and marks the routes that have expired (R6).
+
+Both read the topic with the table reader (`streaming.tables.reader`): a record that is not a valid
+route is skipped with a warning naming its partition, offset and key, and its key keeps its last
+good route; `list` counts the skipped records, and `list --strict` makes them an error. When the
+catalogs topic holds instance catalogs, a route's scope must be a database of one of them: `list`
+skips a route whose scope is not, and `load` refuses to create or alter one.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,12 +27,15 @@ from streaming.commands.common import (
     format_instant,
     format_table,
     parse_instant_arg,
+    refuse_skipped,
+    skipped_note,
     utc_now,
 )
 from streaming.rules.model import Route
 from streaming.tables.loading import load_route_files
-from streaming.tables.topic_io import publish_routes, read_route_table
-from streaming.topics import routes_topic
+from streaming.tables.reader import catalog_databases, read_catalog_table, read_routes
+from streaming.tables.topic_io import publish_routes
+from streaming.topics import catalogs_topic, routes_topic
 
 
 def register(subparsers: Any) -> None:
@@ -51,6 +61,9 @@ def register(subparsers: Any) -> None:
     listing.add_argument("--at", metavar="TIME", help="judge expiry at this UTC instant (default: now)")
     listing.add_argument("--scope", metavar="DB", help="only the routes of this database")
     listing.add_argument("--json", action="store_true", help="one JSON object per route")
+    listing.add_argument(
+        "--strict", action="store_true", help="exit 2, listing them, if any record of the topic is skipped"
+    )
     add_bootstrap_argument(listing)
     add_prefix_argument(listing)
     listing.set_defaults(func=run_list)
@@ -65,7 +78,9 @@ def run_load(args: argparse.Namespace) -> int:
             print(f"{operation.op:<7} {operation.key}  ({operation.source})")
         print(f"checked {len(operations)} route operation(s) in {len(args.files)} file(s); published nothing")
         return 0
-    changes = publish_routes(bootstrap_from(args), operations, topic)
+    bootstrap = bootstrap_from(args)
+    databases = known_databases(bootstrap, args.topic_prefix)
+    changes = publish_routes(bootstrap, operations, topic, databases=databases)
     for change in changes:
         print(f"{change.action:<7} {change.key}  ({change.source})")
     print(f"published {len(changes)} route change(s) to {topic}")
@@ -75,21 +90,35 @@ def run_load(args: argparse.Namespace) -> int:
 def run_list(args: argparse.Namespace) -> int:
     """Print the table on the routes topic, expired routes marked."""
     at = parse_instant_arg(args.at, "--at") if args.at else utc_now()
-    topic = routes_topic(args.topic_prefix)
-    routes, version = read_route_table(bootstrap_from(args), topic)
+    bootstrap = bootstrap_from(args)
+    read = read_routes(
+        bootstrap, routes_topic(args.topic_prefix), databases=known_databases(bootstrap, args.topic_prefix)
+    )
+    if args.strict:
+        refuse_skipped(read)
+    routes = read.values()
     if args.scope is not None:
         routes = tuple(r for r in routes if r.scope == args.scope)
     if args.json:
         for route in routes:
             print(json.dumps(route_json(route, at)))
+        if read.skipped:
+            print(skipped_note(read), file=sys.stderr)
         return 0
     rows = [route_row(route, at) for route in routes]
     headers = ("SCOPE", "NAME", "SERVICE", "BROKER INSTANCE", "ADDRESS", "MIRROR", "EXPIRES")
     if rows:
         print(format_table(headers, rows))
     expired = sum(1 for r in routes if not r.is_active(at))
-    print(f"{topic} version {version}: {len(routes)} route(s), {expired} expired at {format_instant(at)}")
+    summary = f"{read.topic} version {read.version}: {len(routes)} route(s), {expired} expired"
+    print(f"{summary} at {format_instant(at)}" + (f"; {skipped_note(read)}" if read.skipped else ""))
     return 0
+
+
+def known_databases(bootstrap: str, prefix: str) -> frozenset[str] | None:
+    """Return the database names of the catalogs on the catalogs topic, or None when it holds none."""
+    instances = read_catalog_table(bootstrap, catalogs_topic(prefix)).values()
+    return catalog_databases(instances) if instances else None
 
 
 def route_row(route: Route, at: datetime) -> tuple[str, ...]:

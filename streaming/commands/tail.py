@@ -26,7 +26,7 @@ from streaming.commands.common import add_bootstrap_argument, bootstrap_from, fo
 from streaming.errors import KafkaUnavailable, MalformedRecord, RouterError
 from streaming.kafka.admin import cluster_metadata
 from streaming.kafka.avro import decode_catalog, decode_message, decode_route
-from streaming.tables.topic_io import consumer
+from streaming.tables.reader import consumer
 
 TopicKind = Literal["message", "route", "catalog", "raw"]
 DECODERS: dict[TopicKind, Callable[[bytes], dict[str, Any]]] = {

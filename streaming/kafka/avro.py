@@ -17,9 +17,9 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,12 @@ def schemas_dir() -> Path:
     override = os.environ.get(SCHEMAS_ENV)
     if override:
         return Path(override)
+    return _repository_schemas_dir()
+
+
+@cache
+def _repository_schemas_dir() -> Path:
+    # Found once: every record decoded asks for its schema, and the walk up costs file system calls.
     for parent in Path(__file__).resolve().parents:
         if (parent / "pyproject.toml").is_file():
             return parent / "schemas"
@@ -108,7 +114,18 @@ def encode(name: str, record: Mapping[str, Any]) -> bytes:
 
 def decode(name: str, data: bytes | None) -> Record:
     """Decode `data` with schema `name`; anything but exactly one record raises MalformedRecord."""
-    schema = parsed_schema(name)
+    return _decode(name, parsed_schema(name), data)
+
+
+def decoder(name: str) -> Callable[[bytes | None], Record]:
+    """Return `decode` for schema `name`, with the schema looked up now rather than at every record.
+
+    For a reader that decodes many records of one schema (a whole routes topic).
+    """
+    return partial(_decode, name, parsed_schema(name))
+
+
+def _decode(name: str, schema: dict[str, Any], data: bytes | None) -> Record:
     expected = f"{name} record: expected Avro {schema['name']}"
     if data is None:
         raise MalformedRecord(f"{expected}, got no value (null)")

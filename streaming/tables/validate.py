@@ -14,9 +14,10 @@ endpoint settings (F1).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -25,7 +26,9 @@ from streaming.rules.model import (
     BROKER_CONFIGURATION_SERVICE,
     LOCAL,
     TRANSPORT,
+    Database,
     Instance,
+    MirrorRole,
     Route,
     canonical_guid,
 )
@@ -34,6 +37,7 @@ SYSNAME_MAX = 128
 """SQL Server's sysname: nvarchar(128)."""
 ADDRESS_MAX = 256
 """R1: address, mirror_address and service name are nvarchar(256)."""
+INT32_MAX = 2**31 - 1
 
 _TCP_ADDRESS = re.compile(
     r"(?i:tcp)://(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?):(?P<port>[0-9]{1,5})/?"
@@ -56,12 +60,20 @@ class Source:
         return self if line is None else Source(self.file, line)
 
 
+RECORD = Source("")
+"""The source of a record read back from a table topic: its reader names where it was read."""
+
+
 def fail(source: Source, subject: str, message: str, field: str | None = None) -> NoReturn:
-    """Raise ConfigError naming the source, the subject (a route or instance) and the field."""
-    where = f"{source}: {subject}" if subject else str(source)
+    """Raise ConfigError naming the source, the subject (a route or instance) and the field.
+
+    A source with an empty file (`RECORD`) is left out: a record read from a topic is located by
+    its reader, which names the topic, partition, offset and key itself.
+    """
+    where = ": ".join(part for part in (str(source), subject) if part)
     if field is not None:
-        where += f": field {field!r}"
-    raise ConfigError(f"{where}: {message}")
+        where += f": field {field!r}" if where else f"field {field!r}"
+    raise ConfigError(f"{where}: {message}" if where else message)
 
 
 def route_subject(scope: str | None, name: str | None) -> str:
@@ -141,6 +153,50 @@ def check_tcp_address(value: object, source: Source, subject: str, field: str) -
     fail(source, subject, f"expected TCP://host:port[/] with port 1..65535, got {value!r}", field)
 
 
+def check_known_scope(scope: str, databases: Collection[str], source: Source, subject: str) -> str:
+    """Return `scope` if it is a database of an instance in the catalogs (`databases`, every instance's).
+
+    The routes topic is shared by all instances (its key `scope/name` names none), so a scope is
+    known when any instance has a database of that name; which instance uses a route is the
+    scoping rules' business (S1-S3), not the table's.
+    """
+    if scope not in databases:
+        fail(
+            source,
+            subject,
+            f"expected a database of an instance in the catalogs, got {scope!r}; load the catalog of "
+            "the instance that hosts it first (router catalogs load FILE)",
+            "scope",
+        )
+    return scope
+
+
+def check_mirror_role(value: object, source: Source, subject: str, field: str = "role") -> MirrorRole:
+    """Return the mirror partner role `value` names: principal, mirror or unreachable (MI2, MI3)."""
+    try:
+        return MirrorRole(value)
+    except ValueError:
+        roles = ", ".join(r.value for r in MirrorRole)
+        fail(source, subject, f"expected one of {roles}, got {value!r}", field)
+
+
+RouteFieldCheck = Callable[[object, Source], object]
+
+
+def route_field_checks(subject: str) -> dict[str, RouteFieldCheck]:
+    """Return the check of each optional or free-form Route field (R2-R5), for the route `subject`.
+
+    The YAML loader applies them to the fields a file names, and `validate_stored_route` to a route
+    read back from the routes topic, so both accept exactly the same values.
+    """
+    return {
+        "service": lambda value, source: check_service(value, source, subject),
+        "broker_instance": lambda value, source: check_guid(value, source, subject),
+        "address": lambda value, source: check_address(value, source, subject),
+        "mirror_address": lambda value, source: check_tcp_address(value, source, subject, "mirror_address"),
+    }
+
+
 FieldLocator = Callable[[str], tuple[Source, str]]
 """Maps a Route field to where it was written and the name its file uses for it."""
 
@@ -189,6 +245,63 @@ def validate_route(
             f"got {route.broker_instance!r}",
         )
     return route
+
+
+def validate_stored_route(route: Route, source: Source) -> Route:
+    """Check a route decoded from the routes topic as the loaders check one from a file; return it.
+
+    Every field gets the check a route file's field gets (scope and name are sysnames, the scope
+    has no `/`, R2-R5 through `route_field_checks`), then `validate_route` (R5, T3, R9). The route
+    returned is the one a loader would have published: LOCAL and TRANSPORT in upper case, the
+    broker instance GUID canonical (R3). Raises ConfigError naming the route and the field.
+    """
+    subject = route_subject(route.scope, route.name)
+    checks = route_field_checks(subject)
+
+    check_scope(route.scope, source, subject)
+    check_sysname(route.name, source, subject, "name")
+    rewritten: dict[str, str] = {}
+    for field in ("address", "service", "broker_instance", "mirror_address"):
+        value = getattr(route, field)
+        if value is not None:
+            checked = str(checks[field](value, source))
+            if checked != value:
+                rewritten[field] = checked
+    # A new Route only when a check rewrote a field: a whole topic of routes is checked at a time.
+    if rewritten:
+        route = dataclasses.replace(route, **rewritten)  # type: ignore[arg-type]
+    return validate_route(route, source)
+
+
+def validate_stored_instance(instance: Instance, source: Source) -> Instance:
+    """Check an instance catalog decoded from the catalogs topic as the catalog loader checks a file's.
+
+    The endpoint settings (F1), each database's name, GUID (R3, returned canonical) and services,
+    then `validate_instances` (database names unique, L4). Raises ConfigError naming the instance,
+    the database and the field.
+    """
+    subject = f"instance {instance.name}"
+    databases = []
+    for database in instance.databases:
+        where = f"{subject}, database {database.name}"
+        databases.append(
+            Database(
+                name=check_sysname(database.name, source, where, "name"),
+                broker_instance=check_guid(database.broker_instance, source, where),
+                broker_enabled=check_bool(database.broker_enabled, source, where, "broker_enabled"),
+                services=tuple(check_service(s, source, where, "services") for s in database.services),
+            )
+        )
+    checked = Instance(
+        name=check_sysname(instance.name, source, subject, "name"),
+        address=check_tcp_address(instance.address, source, subject, "address"),
+        databases=tuple(databases),
+        forwarding=check_bool(instance.forwarding, source, subject, "forwarding"),
+        forward_size_mb=check_int(instance.forward_size_mb, source, subject, "forward_size_mb", 0, INT32_MAX),
+        retry_s=check_seconds(instance.retry_s, source, subject, "retry_s", positive=True),
+    )
+    validate_instances([LoadedInstance(checked, source)])
+    return checked
 
 
 def check_bool(value: object, source: Source, subject: str, field: str) -> bool:
@@ -255,7 +368,7 @@ def validate_instances(loaded: Iterable[LoadedInstance]) -> tuple[Instance, ...]
             fail(
                 entry.source,
                 subject,
-                f"duplicate instance name, first defined at {seen_instances[instance.name]}",
+                "duplicate instance name" + _first_at(seen_instances[instance.name]),
                 "name",
             )
         seen_instances[instance.name] = entry.source
@@ -265,9 +378,7 @@ def validate_instances(loaded: Iterable[LoadedInstance]) -> tuple[Instance, ...]
             source = entry.database_source(index)
             where = f"{subject}, database {database.name}"
             if database.name in names:
-                fail(
-                    source, where, f"duplicate database name, first defined at {names[database.name]}", "name"
-                )
+                fail(source, where, "duplicate database name" + _first_at(names[database.name]), "name")
             names[database.name] = source
             if database.broker_enabled:
                 other = active_guids.get(database.broker_instance)
@@ -282,3 +393,8 @@ def validate_instances(loaded: Iterable[LoadedInstance]) -> tuple[Instance, ...]
                 active_guids[database.broker_instance] = database.name
         out.append(instance)
     return tuple(out)
+
+
+def _first_at(source: Source) -> str:
+    # A record read from a topic has no file to point at (`RECORD`): its reader locates it.
+    return f", first defined at {source}" if str(source) else ""

@@ -37,9 +37,9 @@ from streaming.errors import ConfigError
 from streaming.rules.model import Database, Instance, Route
 from streaming.tables.operations import ALTERABLE, RouteOperation
 from streaming.tables.validate import (
+    INT32_MAX,
     LoadedInstance,
     Source,
-    check_address,
     check_bool,
     check_guid,
     check_int,
@@ -50,6 +50,7 @@ from streaming.tables.validate import (
     check_sysname,
     check_tcp_address,
     fail,
+    route_field_checks,
     route_subject,
     validate_route,
 )
@@ -67,7 +68,6 @@ ROUTE_FIELDS = (
 )
 INSTANCE_FIELDS = ("name", "address", "forwarding", "forward_size_mb", "retry_s", "databases")
 DATABASE_FIELDS = ("name", "broker_instance", "broker_enabled", "services")
-INT32_MAX = 2**31 - 1
 
 
 class LineDict(dict[Hashable, Any]):
@@ -233,10 +233,7 @@ def route_entry_operation(
         fail(at("expires_at"), subject, "give lifetime_s or expires_at, not both", "expires_at")
 
     parsers: dict[str, Callable[[object, Source], object]] = {
-        "service": lambda v, s: check_service(v, s, subject),
-        "broker_instance": lambda v, s: check_guid(v, s, subject),
-        "address": lambda v, s: check_address(v, s, subject),
-        "mirror_address": lambda v, s: check_tcp_address(v, s, subject, "mirror_address"),
+        **route_field_checks(subject),
         "expires_at": lambda v, s: parse_instant(v, s, subject, "expires_at"),
         "lifetime_s": lambda v, s: (
             now + timedelta(seconds=check_seconds(v, s, subject, "lifetime_s", positive=False))

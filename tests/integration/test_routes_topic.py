@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -14,19 +15,17 @@ from pathlib import Path
 import pytest
 
 from streaming.commands import catalogs, routes, send, tail
-from streaming.errors import ConfigError, MalformedRecord
+from streaming.errors import ConfigError
 from streaming.rules.model import Route
 from streaming.tables.loading import load_catalog_files, load_route_files
 from streaming.tables.operations import RouteOperation
+from streaming.tables.reader import MISSING_VERSION, read_routes
 from streaming.tables.topic_io import (
-    MISSING_VERSION,
     produce_records,
     publish_catalogs,
     publish_routes,
     read_catalogs,
     read_latest,
-    read_route_map,
-    read_route_table,
 )
 from streaming.tables.tsql import parse_route_script
 from streaming.topics import catalogs_topic, outbound_topic, routes_topic
@@ -62,8 +61,14 @@ def sql(text: str) -> list[RouteOperation]:
     return parse_route_script(text, "test.sql", now=now())
 
 
+def read_route_table(bootstrap: str, topic: str) -> tuple[tuple[Route, ...], str]:
+    read = read_routes(bootstrap, topic)
+    return read.values(), read.version
+
+
 def test_missing_topic_reads_as_an_empty_table(kafka_bootstrap: str, prefix: str) -> None:
-    assert read_route_table(kafka_bootstrap, routes_topic(prefix)) == ((), MISSING_VERSION)
+    read = read_routes(kafka_bootstrap, routes_topic(prefix))
+    assert (read.table, read.version, read.skipped) == ({}, MISSING_VERSION, ())
 
 
 def test_yaml_then_tsql_reads_back_last_value_per_key(kafka_bootstrap: str, prefix: str) -> None:
@@ -84,7 +89,8 @@ def test_yaml_then_tsql_reads_back_last_value_per_key(kafka_bootstrap: str, pref
         topic,
     )
 
-    table, version = read_route_map(kafka_bootstrap, topic)
+    read = read_routes(kafka_bootstrap, topic)
+    table, version = read.table, read.version
     assert version == "p0:9"
     assert sorted(table) == [
         "AW/AutoCreatedLocal",
@@ -110,8 +116,8 @@ def test_drop_publishes_a_tombstone_that_removes_the_route(kafka_bootstrap: str,
     )
     changes = publish_routes(kafka_bootstrap, sql("USE AW DROP ROUTE a"), topic)
     assert [(c.action, c.key, c.route) for c in changes] == [("drop", "AW/a", None)]
-    table, version = read_route_map(kafka_bootstrap, topic)
-    assert sorted(table) == ["AW/b"] and version == "p0:3"
+    read = read_routes(kafka_bootstrap, topic)
+    assert sorted(read.table) == ["AW/b"] and read.version == "p0:3"
     with pytest.raises(ConfigError, match="cannot drop a route that does not exist"):
         publish_routes(kafka_bootstrap, sql("USE AW DROP ROUTE a"), topic)
 
@@ -188,15 +194,22 @@ def test_a_bad_file_publishes_nothing(kafka_bootstrap: str, prefix: str, tmp_pat
     assert read_route_table(kafka_bootstrap, routes_topic(prefix))[0] == ()
 
 
-def test_malformed_route_value_is_reported_with_its_offset(kafka_bootstrap: str, prefix: str) -> None:
+def test_malformed_route_value_is_skipped_with_its_offset(
+    kafka_bootstrap: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
     topic = routes_topic(prefix)
     publish_routes(kafka_bootstrap, sql("USE AW CREATE ROUTE good WITH ADDRESS = 'LOCAL'"), topic)
     produce_records(kafka_bootstrap, topic, [(b"AW/bad", b"\x00\x01", None)])
-    with pytest.raises(MalformedRecord, match=rf"{topic}\[0\]@1 key 'AW/bad': route record: expected Avro"):
-        read_route_table(kafka_bootstrap, topic)
-    skipped: list[MalformedRecord] = []
-    (route,), version = read_route_table(kafka_bootstrap, topic, on_malformed=skipped.append)
-    assert route.name == "good" and version == "p0:2" and len(skipped) == 1
+    with caplog.at_level(logging.WARNING, logger="streaming.tables.reader"):
+        read = read_routes(kafka_bootstrap, topic)
+    ((route,), version) = read.values(), read.version
+    assert route.name == "good" and version == "p0:2"
+    ((partition, offset, key),) = [(s.partition, s.offset, s.key) for s in read.skipped]
+    assert (partition, offset, key) == (0, 1, "AW/bad")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"skipped {topic}[0]@1 key 'AW/bad': {read.skipped[0].reason}"
+    ]
+    assert read.skipped[0].reason.startswith("route record: expected Avro router.v1.Route")
 
 
 def test_catalogs_round_trip_last_value_per_instance(

@@ -1,0 +1,142 @@
+"""What a record on each compacted table topic must hold, and the table row it stands for.
+
+A `TableRecords` turns one record's key and value into a row of its table, or refuses it with the
+reason (`ConfigError` for a value that decodes but breaks a rule, `MalformedRecord` for one that
+does not decode). It does no I/O: `streaming.tables.reader` reads the records and decides their fate
+(see there: a refused record is skipped and the key keeps its last good value).
+
+    routes topic    key `scope/name`          value Avro router.v1.Route; null = dropped
+    catalogs topic  key the instance name     value Avro router.v1.Catalog
+    mirrors topic   key a partner's address   value the role as text: principal|mirror|unreachable
+
+A value is checked with the loaders' own checks (`streaming.tables.validate`), so the topic holds
+no route or catalog that a route or catalog file could not have published, whoever wrote it. The
+key must agree with the value (a route's `scope/name`, a catalog's instance name): otherwise a
+tombstone for the value's key would not remove it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, TypeVar
+
+from streaming.kafka.avro import decoder, record_to_instance, record_to_route
+from streaming.rules.model import Instance, MirrorRole, Route, normalize_address
+from streaming.tables.operations import route_key
+from streaming.tables.validate import (
+    RECORD,
+    check_mirror_role,
+    check_tcp_address,
+    fail,
+    route_subject,
+    validate_stored_instance,
+    validate_stored_route,
+)
+
+V = TypeVar("V")
+V_co = TypeVar("V_co", covariant=True)
+
+
+class TableRecords(Protocol[V_co]):
+    """How the records of one table topic become rows: a row key, and a value checked on the way."""
+
+    what: str
+    """What one row is, for messages: "route", "instance catalog", "mirror role"."""
+
+    def row_key(self, key: str) -> str:
+        """Return the table key of a record's key (a tombstone's too); ConfigError if it names no row."""
+        ...
+
+    def row_value(self, key: str, value: bytes) -> V_co:
+        """Return the row a record's value stands for; raise ConfigError or MalformedRecord to refuse it."""
+        ...
+
+
+class RouteRecords:
+    """The routes topic: key `scope/name`, value an Avro route checked like a route file's."""
+
+    what = "route"
+
+    def __init__(self) -> None:
+        self._decode = decoder("route")
+
+    def row_key(self, key: str) -> str:
+        """Return the key as it is, if it has the `scope/name` form (the scope ends at the first `/`)."""
+        if "/" not in key:
+            fail(RECORD, "", f"expected a routes-topic key 'scope/name', got {key!r}", "key")
+        return key
+
+    def row_value(self, key: str, value: bytes) -> Route:
+        """Return the route, as the loaders would have written it (`validate_stored_route`)."""
+        route = validate_stored_route(record_to_route(self._decode(value)), RECORD)
+        expected = route_key(route.scope, route.name)
+        if key != expected:
+            fail(
+                RECORD,
+                route_subject(route.scope, route.name),
+                f"expected the record's key to be {expected!r} (its scope/name), got {key!r}",
+                "key",
+            )
+        return route
+
+
+class CatalogRecords:
+    """The catalogs topic: key the instance name, value an Avro catalog checked like a catalog file's."""
+
+    what = "instance catalog"
+
+    def __init__(self) -> None:
+        self._decode = decoder("catalog")
+
+    def row_key(self, key: str) -> str:
+        """Return the instance name as it is."""
+        return key
+
+    def row_value(self, key: str, value: bytes) -> Instance:
+        """Return the instance catalog (`validate_stored_instance`)."""
+        instance = validate_stored_instance(record_to_instance(self._decode(value)), RECORD)
+        if key != instance.name:
+            fail(
+                RECORD,
+                f"instance {instance.name}",
+                f"expected the record's key to be the instance name {instance.name!r}, got {key!r}",
+                "key",
+            )
+        return instance
+
+
+class MirrorRecords:
+    """The mirrors topic: key a mirror partner's TCP address, value its role as UTF-8 text.
+
+    Rows are keyed by the normalized address (R4), the form routing compares; two spellings of one
+    address are one row, the later record wins. The role is read as the job always read it:
+    surrounding blanks and letter case do not matter.
+    """
+
+    what = "mirror role"
+
+    def row_key(self, key: str) -> str:
+        """Return the normalized partner address of a key that is a TCP address."""
+        return normalize_address(check_tcp_address(key, RECORD, "mirror partner", "key"))
+
+    def row_value(self, key: str, value: bytes) -> MirrorRole:
+        """Return the role the value names."""
+        subject = f"mirror partner {key}"
+        try:
+            text = value.decode("utf-8")
+        except UnicodeDecodeError:
+            fail(RECORD, subject, f"expected a role as UTF-8 text, got {value[:40]!r}", "role")
+        return check_mirror_role(text.strip().lower(), RECORD, subject)
+
+
+class RawRecords:
+    """Any compacted topic: the key as it is, the value's bytes unchecked (`topic_io.read_latest`)."""
+
+    what = "value"
+
+    def row_key(self, key: str) -> str:
+        """Return the key as it is."""
+        return key
+
+    def row_value(self, key: str, value: bytes) -> bytes:
+        """Return the value's bytes as they are."""
+        return value
