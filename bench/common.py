@@ -1,0 +1,161 @@
+"""What the benchmark's measurements share: the records they read, the broker they run on, helpers.
+
+Every system the benchmark compares reads the same records, made here: instance i1 (`I1`) with a
+route table of `routes_for(n)` routes, and messages (Avro `router.v1.Message`, key = conversation id,
+two partitions) of which 90% go to services named by routes and 10% to i1's local services.
+
+`kafka(bootstrap)` yields a bootstrap address: the one given, else an embedded broker's, started on
+a free port in a temporary folder and stopped (and the folder deleted) on exit. Progress lines go to
+stderr (`progress`), so that a module's results alone are on stdout.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from functools import cache
+from typing import Any
+
+import fastavro
+from confluent_kafka import Producer
+
+from streaming import topics
+from streaming.kafka.admin import ensure_topics
+from streaming.kafka.avro import encode_route, new_message_record, parsed_schema, route_to_record
+from streaming.kafka.embedded import EmbeddedKafka
+from streaming.rules.model import Database, Instance, Route
+from streaming.tables.topic_io import publish_catalogs
+
+AW = Database("AW", "0a0a0a0a-0000-0000-0000-000000000001", True, ("Local0", "Local1"))
+MSDB = Database("msdb", "0d0d0d0d-0000-0000-0000-000000000001", True, ())
+I1 = Instance("i1", "TCP://i1:4022", (AW, MSDB), retry_s=3600.0)
+ADDRESSES = 8  # distinct next hops, so the router writes to as many network topics
+PARTITIONS = 2
+BODY = b"x" * 200
+
+
+def progress(text: str) -> None:
+    """One progress line on stderr (results go to stdout)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def new_prefix() -> str:
+    """A fresh topic namespace, so that no measurement reads another's records."""
+    return f"bench{uuid.uuid4().hex[:8]}"
+
+
+@contextmanager
+def kafka(bootstrap: str | None) -> Iterator[str]:
+    """Yield `bootstrap`, or start an embedded broker in a temporary folder and yield its address."""
+    if bootstrap:
+        yield bootstrap
+        return
+    state = tempfile.mkdtemp(prefix="router-bench-kafka-")
+    broker = EmbeddedKafka(state)
+    try:
+        address = broker.start(detach=False).bootstrap
+        progress(f"bench: embedded broker at {address}")
+        yield address
+    finally:
+        broker.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+# --- the records ---------------------------------------------------------------------------------
+
+
+def routes_for(count: int) -> list[Route]:
+    """`count` routes in AW's table, each naming one service, over a few next-hop addresses."""
+    table = [Route("AW", "AutoCreatedLocal", "LOCAL"), Route("msdb", "AutoCreatedLocal", "LOCAL")]
+    table += [
+        Route("AW", f"R{i}", f"TCP://hop{i % ADDRESSES}.example:4022", service=f"Svc{i}")
+        for i in range(max(0, count - 2))
+    ]
+    return table
+
+
+def produce_routes(bootstrap: str, prefix: str, routes: list[Route]) -> None:
+    """Publish `routes` on the namespace's compacted routes topic."""
+    topic = topics.routes_topic(prefix)
+    ensure_topics(bootstrap, [topic], compacted=True)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "compression.type": "lz4"})
+    for r in routes:
+        producer.produce(topic, key=f"{r.scope}/{r.name}".encode(), value=encode_route(route_to_record(r)))
+        producer.poll(0)
+    producer.flush(120)
+
+
+@cache
+def _message_schema() -> dict[str, Any]:
+    return parsed_schema("message")
+
+
+def encode_fast(record: dict[str, Any]) -> bytes:
+    """The bytes `encode_message` writes for a record already known to fit (UTC datetimes).
+
+    No validation and no schema look-up per call: fast enough to make hundreds of thousands.
+    """
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, _message_schema(), record)
+    return out.getvalue()
+
+
+def message_values(
+    count: int, services: int, *, seed: int = 7, tag: str = "", first: int = 0
+) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) of `count` messages: to the services that have routes (90%) and local ones (10%).
+
+    Message `n` (from `first`) has id `{tag}m{n}` in conversation `{tag}c{n // 4}`; `tag` keeps
+    the ids of two loads on one namespace apart.
+    """
+    rng = random.Random(seed)
+    now = datetime.now(timezone.utc)
+    for n in range(first, first + count):
+        conversation = f"{tag}c{n // 4}"
+        service = f"Local{n % 2}" if rng.random() < 0.1 else f"Svc{rng.randrange(max(1, services))}"
+        record = new_message_record(
+            message_id=f"{tag}m{n}",
+            conversation_id=conversation,
+            sequence_number=n % 4,
+            to_service=service,
+            from_service="InitiatorService",
+            origin_database="AW",
+            enqueued_at=now,
+            body=BODY,
+        )
+        yield conversation.encode(), encode_fast(record)
+
+
+def produce_messages(bootstrap: str, topic: str, count: int, services: int, seed: int = 7) -> None:
+    """Messages to the services that have routes (90%) and to local services (10%)."""
+    ensure_topics(bootstrap, [topic], partitions=PARTITIONS)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.num.messages": 10000,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 500000,
+        }
+    )
+    for n, (key, value) in enumerate(message_values(count, services, seed=seed)):
+        producer.produce(topic, key=key, value=value)
+        if n % 10000 == 0:
+            producer.poll(0)
+    producer.flush(300)
+
+
+def prepare(bootstrap: str, prefix: str, routes: int, messages: int, instance: Instance = I1) -> str:
+    """A fresh topic namespace with the catalog, routes and messages; return its outbound topic."""
+    publish_catalogs(bootstrap, [instance], topics.catalogs_topic(prefix))
+    produce_routes(bootstrap, prefix, routes_for(routes))
+    outbound = topics.outbound_topic(instance.name, prefix)
+    produce_messages(bootstrap, outbound, messages, services=max(1, routes - 2))
+    return outbound
