@@ -24,7 +24,7 @@ from functools import cache
 from typing import Any
 
 import fastavro
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 
 from streaming import topics
 from streaming.kafka.admin import ensure_topics
@@ -39,6 +39,14 @@ I1 = Instance("i1", "TCP://i1:4022", (AW, MSDB), retry_s=3600.0)
 ADDRESSES = 8  # distinct next hops, so the router writes to as many network topics
 PARTITIONS = 2
 BODY = b"x" * 200
+PRODUCER_TUNING = {
+    # What every producer of the compared systems uses; the keys mean the same in librdkafka and
+    # in the Java client (Kafka's perf tools).
+    "acks": "all",
+    "linger.ms": "5",
+    "batch.size": "262144",
+    "compression.type": "none",
+}
 
 
 def progress(text: str) -> None:
@@ -159,3 +167,50 @@ def prepare(bootstrap: str, prefix: str, routes: int, messages: int, instance: I
     outbound = topics.outbound_topic(instance.name, prefix)
     produce_messages(bootstrap, outbound, messages, services=max(1, routes - 2))
     return outbound
+
+
+# --- producing -----------------------------------------------------------------------------------
+
+
+def tuned_producer(bootstrap: str, failures: list[KafkaError]) -> Producer:
+    """A producer with `PRODUCER_TUNING` that appends each failed delivery's error to `failures`.
+
+    Successful deliveries make no report (no Python call per record): `flush_all` waits for them.
+    """
+
+    def failed(error: KafkaError | None, _record: object) -> None:
+        if error is not None:
+            failures.append(error)
+
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            **PRODUCER_TUNING,
+            "queue.buffering.max.messages": 1_000_000,
+            "delivery.report.only.error": True,
+            "on_delivery": failed,
+        }
+    )
+
+
+def flush_all(producer: Producer, failures: list[KafkaError], what: str, timeout: float = 120.0) -> None:
+    """Wait until every record is delivered; raise when one failed or some are still queued."""
+    left = producer.flush(timeout)
+    if left or failures:
+        raise RuntimeError(f"{what}: {left} records undelivered, {len(failures)} failed: {failures[:3]}")
+
+
+def produce(
+    producer: Producer,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, bytes]] | None = None,
+) -> None:
+    """Produce one record; when the local queue is full, serve delivery reports and try again."""
+    while True:
+        try:
+            producer.produce(topic, value, key, headers=headers)
+            return
+        except BufferError:
+            producer.poll(0.05)
