@@ -16,22 +16,23 @@ import random
 import shutil
 import sys
 import tempfile
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from functools import cache
 from typing import Any
 
 import fastavro
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, Producer, TopicPartition
 
 from streaming import topics
-from streaming.kafka.admin import ensure_topics
+from streaming.kafka.admin import cluster_metadata, end_offsets, ensure_topics
 from streaming.kafka.avro import encode_route, new_message_record, parsed_schema, route_to_record
 from streaming.kafka.embedded import EmbeddedKafka
-from streaming.rules.model import Database, Instance, Route
-from streaming.tables.topic_io import publish_catalogs
+from streaming.rules.model import Database, Instance, Route, normalize_address
+from streaming.tables.topic_io import consumer, publish_catalogs
 
 AW = Database("AW", "0a0a0a0a-0000-0000-0000-000000000001", True, ("Local0", "Local1"))
 MSDB = Database("msdb", "0d0d0d0d-0000-0000-0000-000000000001", True, ())
@@ -157,6 +158,20 @@ def message_values(
         yield conversation.encode(), encode_fast(record)
 
 
+def lone_message(ident: str, service: str, database: str = AW.name) -> tuple[bytes, bytes]:
+    """(key, value) of a message from `database` to `service`, alone in its conversation `ident`."""
+    record = new_message_record(
+        message_id=ident,
+        conversation_id=ident,
+        to_service=service,
+        from_service="InitiatorService",
+        origin_database=database,
+        enqueued_at=datetime.now(timezone.utc),
+        body=BODY,
+    )
+    return ident.encode(), encode_fast(record)
+
+
 def produce_messages(bootstrap: str, topic: str, count: int, services: int, seed: int = 7) -> None:
     """Messages to the services that have routes (90%) and to local services (10%)."""
     ensure_topics(bootstrap, [topic], partitions=PARTITIONS)
@@ -230,3 +245,95 @@ def produce(
             return
         except BufferError:
             producer.poll(0.05)
+
+
+# --- reading back --------------------------------------------------------------------------------
+
+
+def destination_topics(prefix: str, instance: Instance, routes: Iterable[Route]) -> list[str]:
+    """The topics the router delivers or sends these records to (`streaming.topics` names them).
+
+    A network topic for each address of a route that is not LOCAL, and a queue topic for each
+    service of the instance's databases. Topics of instances in the catalogs are not among them.
+    """
+    addresses = {normalize_address(r.address) for r in routes if not r.is_local and not r.is_transport}
+    network = [topics.network_topic(a, prefix) for a in sorted(addresses)]
+    queues = [
+        topics.queue_topic(instance.name, d.name, s, prefix) for d in instance.databases for s in d.services
+    ]
+    return network + queues
+
+
+def existing(bootstrap: str, names: Iterable[str]) -> list[str]:
+    """Those of `names` that exist now with a leader for every partition.
+
+    The router creates a destination when it first writes to it; until the topic has its leaders,
+    its end offsets cannot be read.
+    """
+    found = cluster_metadata(bootstrap).topics
+    return [
+        n
+        for n in names
+        if n in found
+        and found[n].error is None
+        and all(p.leader >= 0 and p.error is None for p in found[n].partitions.values())
+    ]
+
+
+def records_in(bootstrap: str, names: Iterable[str]) -> int:
+    """How many records the topics hold (end offsets; a topic not created yet holds none)."""
+    return sum(sum(end_offsets(bootstrap, n).values()) for n in existing(bootstrap, names))
+
+
+def read_topics(bootstrap: str, names: Iterable[str], timeout: float = 120.0) -> Iterator[Message]:
+    """Every record of `names` from the beginning up to their end offsets at call time."""
+    ends = {
+        (topic, partition): end
+        for topic in names
+        for partition, end in end_offsets(bootstrap, topic).items()
+        if end > 0
+    }
+    if not ends:
+        return
+    reader = consumer(bootstrap, **{"enable.partition.eof": False})
+    reader.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in ends])
+    deadline = time.monotonic() + timeout
+    try:
+        while ends:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {sorted(ends)} back took over {timeout:g} s")
+            for record in reader.consume(num_messages=10_000, timeout=0.5):
+                error = record.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise RuntimeError(f"reading {record.topic()}: {error.str()}")
+                where = (str(record.topic()), record.partition() or 0)
+                end = ends.get(where)
+                if end is None or (record.offset() or 0) >= end:
+                    continue
+                yield record
+                if (record.offset() or 0) + 1 >= end:
+                    del ends[where]
+    finally:
+        reader.close()
+
+
+def header(record: Message, name: str) -> str | None:
+    """The first header `name` of a record, as text (None when it has none)."""
+    for key, value in record.headers() or ():
+        if key == name:
+            return None if value is None else value.decode("utf-8")
+    return None
+
+
+# --- figures -------------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank `q`-th percentile (0 < q <= 100) of `values`, sorted or not; nan when empty."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))
+    return ordered[int(rank) - 1]
