@@ -23,41 +23,26 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import random
 import shutil
 import subprocess
 import tempfile
 import time
-import uuid
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 
-from streaming import topics
+from bench.common import kafka, new_prefix, prepare
 from streaming.config import load_settings
 from streaming.kafka.admin import ensure_topics
-from streaming.kafka.avro import (
-    encode_message,
-    encode_route,
-    new_message_record,
-    route_to_record,
-    schema_json,
-)
-from streaming.kafka.embedded import EmbeddedKafka
-from streaming.rules.model import Database, Instance, Route
+from streaming.kafka.avro import schema_json
 from streaming.spark.job import RouterJob
 from streaming.spark.session import build_session
-from streaming.tables.topic_io import publish_catalogs
 
-AW = Database("AW", "0a0a0a0a-0000-0000-0000-000000000001", True, ("Local0", "Local1"))
-MSDB = Database("msdb", "0d0d0d0d-0000-0000-0000-000000000001", True, ())
-I1 = Instance("i1", "TCP://i1:4022", (AW, MSDB), retry_s=3600.0)
-ADDRESSES = 8  # distinct next hops, so the router writes to as many network topics
 WARM_UP = 50_000  # messages of the unmeasured first run
 
 
@@ -77,68 +62,6 @@ class Measurement:
     @property
     def router_rate(self) -> float:
         return self.messages / self.router_s
-
-
-def routes_for(count: int) -> list[Route]:
-    """`count` routes in AW's table, each naming one service, over a few next-hop addresses."""
-    table = [Route("AW", "AutoCreatedLocal", "LOCAL"), Route("msdb", "AutoCreatedLocal", "LOCAL")]
-    table += [
-        Route("AW", f"R{i}", f"TCP://hop{i % ADDRESSES}.example:4022", service=f"Svc{i}")
-        for i in range(max(0, count - 2))
-    ]
-    return table
-
-
-def produce_routes(bootstrap: str, prefix: str, routes: list[Route]) -> None:
-    topic = topics.routes_topic(prefix)
-    ensure_topics(bootstrap, [topic], compacted=True)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "compression.type": "lz4"})
-    for r in routes:
-        producer.produce(topic, key=f"{r.scope}/{r.name}".encode(), value=encode_route(route_to_record(r)))
-        producer.poll(0)
-    producer.flush(120)
-
-
-def produce_messages(bootstrap: str, topic: str, count: int, services: int, seed: int = 7) -> None:
-    """Messages to the services that have routes (90%) and to local services (10%)."""
-    ensure_topics(bootstrap, [topic], partitions=2)
-    rng = random.Random(seed)
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "linger.ms": 50,
-            "batch.num.messages": 10000,
-            "compression.type": "lz4",
-            "queue.buffering.max.messages": 500000,
-        }
-    )
-    now = datetime.now(timezone.utc)
-    for n in range(count):
-        conversation = f"c{n // 4}"
-        service = f"Local{n % 2}" if rng.random() < 0.1 else f"Svc{rng.randrange(max(1, services))}"
-        record = new_message_record(
-            message_id=f"m{n}",
-            conversation_id=conversation,
-            sequence_number=n % 4,
-            to_service=service,
-            from_service="InitiatorService",
-            origin_database="AW",
-            enqueued_at=now,
-            body=b"x" * 200,
-        )
-        producer.produce(topic, key=conversation.encode(), value=encode_message(record))
-        if n % 10000 == 0:
-            producer.poll(0)
-    producer.flush(300)
-
-
-def prepare(bootstrap: str, prefix: str, routes: int, messages: int) -> str:
-    """A fresh topic namespace with the catalog, routes and messages; return its outbound topic."""
-    publish_catalogs(bootstrap, [I1], topics.catalogs_topic(prefix))
-    produce_routes(bootstrap, prefix, routes_for(routes))
-    outbound = topics.outbound_topic("i1", prefix)
-    produce_messages(bootstrap, outbound, messages, services=max(1, routes - 2))
-    return outbound
 
 
 def run_passthrough(
@@ -220,20 +143,16 @@ def main() -> None:
     sizes = [int(s) for s in args.routes.split(",")]
 
     state = Path(tempfile.mkdtemp(prefix="router-bench-"))
-    broker = None
-    try:
-        if args.bootstrap:
-            bootstrap = args.bootstrap
-        else:
-            broker = EmbeddedKafka(state / "kafka")
-            bootstrap = broker.start(detach=False).bootstrap
+    with ExitStack() as stack:
+        stack.callback(shutil.rmtree, state, ignore_errors=True)
+        bootstrap = stack.enter_context(kafka(args.bootstrap))
         print(
             f"bench: broker {bootstrap}; {args.messages} messages per run; route tables {sizes}", flush=True
         )
         spark = build_session("router-bench")
         # Warm-up, not measured: the first queries of a JVM run up to twice as slow (class
         # loading, JIT), which would weigh on whichever query came first.
-        prefix = f"bench{uuid.uuid4().hex[:8]}"
+        prefix = new_prefix()
         outbound = prepare(bootstrap, prefix, 10, WARM_UP)
         print(f"bench: warming up with {WARM_UP:,} messages", flush=True)
         run_passthrough(
@@ -242,7 +161,7 @@ def main() -> None:
         run_router(spark, bootstrap, prefix, state / f"{prefix}-router", args.per_batch, keep_choices=True)
         results = []
         for count in sizes:
-            prefix = f"bench{uuid.uuid4().hex[:8]}"
+            prefix = new_prefix()
             outbound = prepare(bootstrap, prefix, count, args.messages)
             print(f"bench: {count} routes: produced; running the pass-through", flush=True)
             passthrough_s = run_passthrough(
@@ -268,10 +187,6 @@ def main() -> None:
         report = render(results, args.messages, args.per_batch)
         args.out.write_text(report, encoding="utf-8")
         print(report)
-    finally:
-        if broker is not None:
-            broker.stop()
-        shutil.rmtree(state, ignore_errors=True)
 
 
 def render(results: list[Measurement], messages: int, per_batch: int) -> str:

@@ -2,7 +2,7 @@
 # One idempotent set-up for a fresh machine that has only python3 (>= 3.10), a JDK 17 and Maven:
 #   1. .venv/                   created with `python3 -m venv` when missing
 #   2. pip install -e '.[dev]'  when pyproject.toml changed since the last install
-#   3. .cache/jars/{spark,kafka} copied from Maven Central when jvm/<side>/pom.xml changed
+#   3. .cache/jars/{spark,kafka,kafka-tools} copied from Maven Central when jvm/<side>/pom.xml changed
 #   4. .cache/jars/router/router-state.jar compiled with javac from jvm/state/src against pyspark's
 #      own jars, when a source file or the pyspark version changed
 # Each step leaves a stamp (the sha256 of its input) in .cache/stamps/; a second run does nothing
@@ -69,7 +69,7 @@ if ! stamp_is_current pip pyproject.toml || [[ ! -x "$VENV/bin/router" ]]; then
 fi
 
 # 3. Jars: copied into a fresh folder, swapped in whole, so no jar of an older pom is left behind.
-for side in spark kafka; do
+for side in spark kafka kafka-tools; do
     pom="jvm/$side/pom.xml"
     target="$CACHE/jars/$side"
     if stamp_is_current "jars-$side" "$pom" && compgen -G "$target/*.jar" >/dev/null; then

@@ -2,9 +2,10 @@
 
 `scripts/setup.sh` (`make setup`) copies them from Maven Central into the git-ignored cache:
 
-    <project root>/.cache/jars/spark/   jvm/spark/pom.xml: spark-sql-kafka-0-10 and its runtime jars
-    <project root>/.cache/jars/kafka/   jvm/kafka/pom.xml: kafka_2.13 (KRaft broker) and log4j2
-    <project root>/.cache/jars/router/  router-state.jar: jvm/state/src compiled against pyspark's jars
+    <project root>/.cache/jars/spark/        jvm/spark/pom.xml: spark-sql-kafka-0-10 and its runtime jars
+    <project root>/.cache/jars/kafka/        jvm/kafka/pom.xml: kafka_2.13 (KRaft broker) and log4j2
+    <project root>/.cache/jars/kafka-tools/  jvm/kafka-tools/pom.xml: Kafka's perf tools, for bench/
+    <project root>/.cache/jars/router/       router-state.jar: jvm/state/src compiled against pyspark's jars
 
 The project root is the nearest folder above this file that holds `pyproject.toml`; the environment
 variable `ROUTER_CACHE_DIR` names another cache folder (for an installed, non-editable copy, as in the
@@ -102,3 +103,11 @@ def router_state_jar() -> Path:
 def kafka_broker_classpath() -> list[Path]:
     """Return the classpath of the embedded Kafka broker (`java -cp ... kafka.Kafka`)."""
     return _cached_jars("kafka", "Kafka broker")
+
+
+def kafka_tools_classpath() -> list[Path]:
+    """Return the classpath of Kafka's own tools (`org.apache.kafka.tools.ProducerPerformance`...).
+
+    A folder apart from the broker's: kafka-tools brings jars the broker has no use for.
+    """
+    return _cached_jars("kafka-tools", "Kafka tools")

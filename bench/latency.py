@@ -1,0 +1,227 @@
+"""The router's latency under a fixed offered load: `router run` fed at a steady rate.
+
+usage: python -m bench.latency [--rates 1000,10000] [--duration 60] [--routes 10] [--drain 120]
+                               [--bootstrap HOST:PORT]
+
+`measure_latency` loads a fresh namespace with instance i1's catalog and routes (`bench.common`),
+starts `router run` (`bench.router_process`), waits until it has routed a probe message, then for
+each rate produces the benchmark's messages to i1's outbound topic at that rate for `duration_s`
+seconds, paced (each message at its own instant, not in bursts), and waits up to `drain_s` seconds
+for the router to deliver them. Per message the latency is the Kafka timestamp of its record in its
+destination topic minus that of the record produced (both CreateTime: the producer here sets the
+one, the router's Kafka sink the other). It reports the percentiles, the offered rate achieved and
+how many messages arrived, then stops the router with SIGINT.
+
+The messages are encoded before each load starts, so that producing them is all the pacing loop
+does. Without --bootstrap the module starts an embedded broker on a free port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Producer
+
+from bench.common import (
+    I1,
+    destination_topics,
+    existing,
+    kafka,
+    message_id,
+    message_values,
+    percentile,
+    progress,
+    read_topics,
+    records_in,
+    routes_for,
+)
+from bench.router_process import RouterProcess, RouterStop, fresh_router
+from streaming import topics
+from streaming.rules.model import Instance, Route
+
+# Latency is measured from the producer's timestamp: a record waits at most this long to be sent.
+LOAD_PRODUCER = {"linger.ms": "1", "acks": "all", "queue.buffering.max.messages": 2_000_000}
+SLEEP_AHEAD_S = 0.0005  # a message more than this ahead of its instant waits for it
+DRAIN_S = 120.0
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A load as produced: each message id's record timestamp (ms), and when producing ran."""
+
+    timestamps: dict[str, int]
+    first: float
+    last: float
+
+    @property
+    def rate(self) -> float:
+        """The offered rate achieved: messages per second between the first and the last."""
+        span = self.last - self.first
+        return (len(self.timestamps) - 1) / span if span > 0 else float("nan")
+
+
+@dataclass(frozen=True)
+class LatencyResult:
+    """One offered load: what was offered and achieved, what arrived, and the latencies in ms."""
+
+    target_rate: float
+    achieved_rate: float
+    duration_s: float
+    produced: int
+    received: int
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    max_ms: float
+    latencies_ms: tuple[float, ...] = field(repr=False, default=())
+    """Each received message's latency, sorted (for a CDF)."""
+
+    def percentiles(self) -> dict[str, float]:
+        """{"p50": ms, "p95": ms, "p99": ms}, as `bench.chart.render_chart` takes them."""
+        return {"p50": self.p50_ms, "p95": self.p95_ms, "p99": self.p99_ms}
+
+
+@dataclass(frozen=True)
+class LatencyRun:
+    """The loads measured on one `router run`, and how that router stopped."""
+
+    results: list[LatencyResult]
+    stop: RouterStop
+
+
+def offered_load(bootstrap: str, topic: str, values: Sequence[tuple[bytes, bytes]], rate: float) -> Sent:
+    """Produce `values` (key, value) to `topic`, message `n` at `n / rate` seconds after the start.
+
+    Each record's timestamp is set when it is handed to the producer; a message behind its
+    instant is sent at once (the loop catches up), one ahead of it by more than SLEEP_AHEAD_S waits.
+    """
+    producer = Producer({"bootstrap.servers": bootstrap, **LOAD_PRODUCER})
+    ids = [message_id(value) for _, value in values]
+    stamps: dict[str, int] = {}
+    first = time.monotonic()
+    for n, (key, value) in enumerate(values):
+        ahead = first + n / rate - time.monotonic()
+        if ahead > SLEEP_AHEAD_S:
+            time.sleep(ahead)
+        stamp = time.time_ns() // 1_000_000
+        producer.produce(topic, value, key, timestamp=stamp)
+        producer.poll(0)
+        stamps[ids[n]] = stamp
+    last = time.monotonic()
+    if producer.flush(60):
+        raise RuntimeError(f"offered load: records to {topic} still undelivered after 60 s")
+    return Sent(stamps, first, last)
+
+
+def wait_for_records(bootstrap: str, names: Sequence[str], count: int, timeout: float) -> bool:
+    """Wait until the topics hold `count` records; False when `timeout` passed first."""
+    deadline = time.monotonic() + timeout
+    while records_in(bootstrap, names) < count:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1.0)
+    return True
+
+
+def latencies(bootstrap: str, names: Sequence[str], sent: Sent) -> dict[str, int]:
+    """Each sent message's latency in ms: its first destination record's timestamp minus its own."""
+    found: dict[str, int] = {}
+    for record in read_topics(bootstrap, existing(bootstrap, names)):
+        ident = message_id(record.value())
+        produced = sent.timestamps.get(ident)
+        if produced is None:
+            continue  # the probe, or another load's message
+        kind, stamp = record.timestamp()
+        if kind != TIMESTAMP_CREATE_TIME:
+            raise ValueError(f"{record.topic()}: expected CreateTime timestamps, got type {kind}")
+        found[ident] = min(found.get(ident, stamp - produced), stamp - produced)
+    return found
+
+
+def measure_load(
+    router: RouterProcess,
+    routes: Sequence[Route],
+    rate: float,
+    duration_s: float,
+    *,
+    tag: str,
+    drain_s: float = DRAIN_S,
+) -> LatencyResult:
+    """Offer `rate` msg/s for `duration_s` seconds to a running router and measure the latencies.
+
+    `tag` keeps this load's message ids apart from other loads' on the same namespace.
+    """
+    bootstrap, prefix, instance = router.bootstrap, router.prefix, router.instance
+    names = destination_topics(prefix, instance, routes)
+    count = max(1, round(rate * duration_s))
+    services = max(1, len(routes) - 2)
+    values = list(message_values(count, services, tag=tag))
+    before = records_in(bootstrap, names)
+    progress(f"latency: offering {rate:,.0f} msg/s for {duration_s:g} s ({count:,} messages)")
+    sent = offered_load(bootstrap, topics.outbound_topic(instance.name, prefix), values, rate)
+    progress(f"latency: offered {sent.rate:,.0f} msg/s; waiting up to {drain_s:g} s for the router")
+    router.ensure_running("the load was routed")
+    if not wait_for_records(bootstrap, names, before + count, drain_s):
+        progress(f"latency: not every message arrived within {drain_s:g} s")
+    found = sorted(latencies(bootstrap, names, sent).values())
+    return LatencyResult(
+        target_rate=rate,
+        achieved_rate=sent.rate,
+        duration_s=duration_s,
+        produced=count,
+        received=len(found),
+        p50_ms=percentile(found, 50),
+        p95_ms=percentile(found, 95),
+        p99_ms=percentile(found, 99),
+        max_ms=float(found[-1]) if found else float("nan"),
+        latencies_ms=tuple(float(v) for v in found),
+    )
+
+
+def measure_latency(
+    bootstrap: str,
+    rates: Sequence[float],
+    duration_s: float,
+    *,
+    routes: int = 10,
+    drain_s: float = DRAIN_S,
+    instance: Instance = I1,
+) -> LatencyRun:
+    """One fresh namespace, one `router run`, one load per rate in turn; then SIGINT."""
+    with fresh_router(bootstrap, instance, routes) as router:
+        table = routes_for(routes)
+        results = [
+            measure_load(router, table, rate, duration_s, tag=f"r{n}", drain_s=drain_s)
+            for n, rate in enumerate(rates)
+        ]
+        progress("latency: stopping the router (SIGINT)")
+        return LatencyRun(results, router.stop())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rates", default="1000,10000", help="offered loads, msg/s (default 1000,10000)")
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds per load (default 60)")
+    parser.add_argument("--routes", type=int, default=10, help="route-table size (default 10)")
+    parser.add_argument("--drain", type=float, default=DRAIN_S, help="seconds to wait for the router")
+    parser.add_argument("--bootstrap", help="an existing broker (default: start an embedded one)")
+    args = parser.parse_args()
+    rates = [float(r) for r in args.rates.split(",")]
+    with kafka(args.bootstrap) as bootstrap:
+        run = measure_latency(bootstrap, rates, args.duration, routes=args.routes, drain_s=args.drain)
+    for r in run.results:
+        print(
+            f"offered {r.target_rate:,.0f} msg/s (achieved {r.achieved_rate:,.0f}) for {r.duration_s:g} s: "
+            f"received {r.received:,} of {r.produced:,}; latency ms p50 {r.p50_ms:,.0f}, "
+            f"p95 {r.p95_ms:,.0f}, p99 {r.p99_ms:,.0f}, max {r.max_ms:,.0f}"
+        )
+    print(run.stop.describe())
+
+
+if __name__ == "__main__":
+    main()

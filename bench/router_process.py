@@ -1,0 +1,190 @@
+"""`router run` as a user runs it, in a child process: started, known to route, stopped.
+
+`RouterProcess(bootstrap, prefix, folder)` writes a settings file into `folder` (instance, bootstrap,
+topic_prefix, checkpoint_dir; every other setting, the trigger included, is the default) and runs
+`router run --config FILE` from the same environment as this Python, in a process group of its own,
+its stdout and stderr appended to `folder/router.log`.
+
+Readiness is seen, not guessed: `wait_until_routing` sends one probe message to a local service of
+the instance and waits until the router has delivered it to that service's queue topic, so the
+query has started, read the routes and the catalog, and written a record.
+
+`stop` sends SIGINT to the process group, as Ctrl-C in a terminal does, and waits; past the grace
+period it kills the group (SIGKILL) and says so in the returned `RouterStop`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from confluent_kafka import Producer
+
+from bench.common import (
+    I1,
+    existing,
+    lone_message,
+    message_id,
+    new_prefix,
+    prepare,
+    progress,
+    read_topics,
+)
+from streaming import topics
+from streaming.rules.model import Instance
+
+READY_TIMEOUT_S = 300.0
+STOP_GRACE_S = 60.0
+
+
+class RouterExited(RuntimeError):
+    """The router process ended while it was expected to run."""
+
+
+@dataclass(frozen=True)
+class RouterStop:
+    """How the router ended: its exit code (negative: the signal that ended it), after how long."""
+
+    exit_code: int | None
+    seconds: float
+    """From SIGINT until the process ended (or was killed)."""
+    killed: bool
+    """It had not exited `STOP_GRACE_S` after SIGINT and was killed with SIGKILL."""
+
+    def describe(self) -> str:
+        """One line on how the router stopped."""
+        if self.killed:
+            return f"router run: no exit within {self.seconds:.0f} s of SIGINT; killed (SIGKILL)"
+        return f"router run: exited {self.exit_code} {self.seconds:.1f} s after SIGINT"
+
+
+class RouterProcess:
+    """One `router run` for `instance` on the `prefix` namespace; a context manager that stops it."""
+
+    def __init__(self, bootstrap: str, prefix: str, folder: Path, instance: Instance = I1) -> None:
+        self.bootstrap = bootstrap
+        self.prefix = prefix
+        self.instance = instance
+        self.folder = folder
+        self.log = folder / "router.log"
+        self.settings = folder / f"{instance.name}.yaml"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Write the settings file and start `router run`."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.settings.write_text(
+            f"instance: {self.instance.name}\n"
+            f"bootstrap: {self.bootstrap}\n"
+            f"topic_prefix: {self.prefix}\n"
+            f"checkpoint_dir: {self.folder / 'checkpoint'}\n",
+            encoding="utf-8",
+        )
+        router = Path(sys.executable).with_name("router")
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [str(router), "run", "--config", str(self.settings)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a group of its own: SIGINT and SIGKILL reach its JVM too
+            )
+
+    def running(self) -> bool:
+        """True while the process has not ended."""
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, chars: int = 3000) -> str:
+        """The end of the router's output."""
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except FileNotFoundError:
+            return "(no output)"
+
+    def ensure_running(self, waiting_for: str) -> None:
+        """Raise RouterExited (with the end of its output) when the router is not running."""
+        if not self.running():
+            code = None if self.process is None else self.process.returncode
+            raise RouterExited(f"router run ended ({code}) before {waiting_for}:\n{self.log_tail()}")
+
+    def wait_until_routing(self, timeout: float = READY_TIMEOUT_S) -> float:
+        """Send a probe message and wait until it is routed; return the seconds that took.
+
+        The probe goes to the first service of the instance's first database that has services;
+        its table needs a route that delivers it (the benchmark's tables have a LOCAL route).
+        """
+        database = next(d for d in self.instance.databases if d.services)
+        service = database.services[0]
+        probe = f"probe-{uuid.uuid4().hex[:12]}"
+        key, value = lone_message(probe, service, database.name)
+        producer = Producer({"bootstrap.servers": self.bootstrap})
+        producer.produce(topics.outbound_topic(self.instance.name, self.prefix), value, key)
+        producer.flush(30)
+        queue = topics.queue_topic(self.instance.name, database.name, service, self.prefix)
+        started = time.monotonic()
+        while True:
+            self.ensure_running("it routed the probe message")
+            if existing(self.bootstrap, [queue]) and any(
+                message_id(r.value()) == probe for r in read_topics(self.bootstrap, [queue])
+            ):
+                return time.monotonic() - started
+            if time.monotonic() - started > timeout:
+                raise TimeoutError(f"router run routed no probe within {timeout:g} s:\n{self.log_tail()}")
+            time.sleep(0.5)
+
+    def stop(self, grace: float = STOP_GRACE_S) -> RouterStop:
+        """SIGINT to the router's process group; SIGKILL when it has not exited within `grace`."""
+        if self.process is None:
+            return RouterStop(None, 0.0, killed=False)
+        started = time.monotonic()
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+        killed = False
+        try:
+            self.process.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(30)
+            killed = True
+        return RouterStop(self.process.returncode, time.monotonic() - started, killed)
+
+    def __enter__(self) -> RouterProcess:
+        self.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if self.running():
+            self.stop()
+
+
+@contextmanager
+def fresh_router(bootstrap: str, instance: Instance = I1, routes: int = 10) -> Iterator[RouterProcess]:
+    """`router run` for `instance` on a fresh namespace with `routes` routes, once it routes.
+
+    The namespace gets the instance's catalog and `bench.common.routes_for(routes)`; the router's
+    settings, checkpoint and output live in a temporary folder, deleted at the end, when the
+    router is stopped too unless the caller stopped it (`RouterProcess.stop`, to see how it ended).
+    """
+    prefix = new_prefix()
+    prepare(bootstrap, prefix, routes, messages=0, instance=instance)
+    folder = Path(tempfile.mkdtemp(prefix="router-bench-run-"))
+    try:
+        with RouterProcess(bootstrap, prefix, folder, instance) as router:
+            progress(f"bench: started router run on {prefix}; waiting until it routes")
+            progress(f"bench: router run routes, {router.wait_until_routing():.0f} s after it started")
+            yield router
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
