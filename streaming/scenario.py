@@ -6,11 +6,11 @@ any `Decider` (the reference engine, the Spark engine) and returns every decisio
 
 The runner keeps the state that lives with the endpoints and the instance, not with a decision:
 
-* the delayed queue, in first-delayed order, and so the conversations that have a message waiting
-  (D1, D2);
-* the broker instance an acknowledgement pinned a conversation to (A2, K1);
-* the route each unpinned conversation chose, which its later messages keep (K2);
-* the MissingRoute requests outstanding per (scope, service) (M4, B4).
+* the router's memory, with the rules of `streaming.rules.memory` (which the streaming job's state
+  processor follows too): each conversation's delayed messages, held in first-delayed order (D1,
+  D2), the route each unpinned conversation chose, which its later messages keep (K2), and the
+  MissingRoute requests outstanding per (scope, service) (M4, B4);
+* the broker instance an acknowledgement pinned a conversation to (A2, K1).
 
 Each `RoutingBatch` carries that state to the decider. The timeline, as FORMAT.md describes it:
 
@@ -35,20 +35,19 @@ from typing import Any
 
 from streaming.errors import RouterError
 from streaming.rules.batch import Decider, RoutingBatch
+from streaming.rules.memory import Conversation, Held, Requests
 from streaming.rules.model import (
     BROKER_CONFIGURATION_SERVICE,
     CURRENT_DATABASE,
     DEFAULT_HOPS,
     MISSING_ROUTE_MESSAGE_TYPE,
     REMOTE,
-    ChoiceKey,
     Decision,
     Instance,
     Message,
     MirrorRole,
     Outcome,
     Route,
-    RouteIdentity,
     normalize_address,
 )
 from streaming.tables.operations import RouteOperation, apply_changes, plan_route_changes, route_key
@@ -441,17 +440,13 @@ class ScenarioRunner:
         return _Timeline(scenario, self._decider).play()
 
 
-@dataclass
-class _Waiting:
-    """A delayed message in the queue: kept as loaded, re-routed when its conversation is due."""
-
-    message: Message
-    order: int
-    due: datetime
-
-
 class _Timeline:
-    """The state of one scenario run (see the module docstring)."""
+    """The state of one scenario run (see the module docstring).
+
+    The router's memory (K2 kept choices, D1-D2 held messages, B4 pending requests) is kept with
+    `streaming.rules.memory`, the rules the streaming job's state processor follows too; the pins
+    (A2) are the endpoints' state, applied to each message before it is decided.
+    """
 
     def __init__(self, scenario: Scenario, decider: Decider) -> None:
         self.scenario = scenario
@@ -460,13 +455,20 @@ class _Timeline:
         self.table: RouteTable = {route_key(r.scope, r.name): r for r in scenario.routes}
         self.mirrors: dict[str, MirrorRole] = dict(scenario.mirrors)
         self.pins: dict[str, str] = {}
-        self.choices: dict[ChoiceKey, RouteIdentity] = {}
-        self.pending: set[tuple[str, str]] = set()
-        self.queue: list[_Waiting] = []
+        self.memory: dict[str, Conversation[Message]] = {}
+        self.requests = Requests()
         self.first_delayed: dict[str, int] = {}
         self.used_ids = set(scenario.message_ids())
         self.request_count = 0
         self.decisions: list[Decision] = []
+
+    @property
+    def now_ms(self) -> int:
+        return int(self.clock.timestamp() * 1000)
+
+    @property
+    def retry_ms(self) -> int:
+        return int(self.scenario.instance.retry_s * 1000)
 
     def play(self) -> list[Decision]:
         """Consecutive message events form one batch at the current clock; other events apply in order."""
@@ -504,7 +506,8 @@ class _Timeline:
         route then, M4 asks the BCN again (B7), as it does when the created route has expired (B8).
         A request that is never answered stays pending, and no other is made for the service (B5).
         """
-        self.pending.discard((scope, service))
+        if (scope, service) in self.requests.pending:
+            self.requests = self.requests.record((scope, service), False, self.now_ms)
 
     def retry_due(self) -> None:
         """D2: re-route, once and in first-delayed order, every waiting conversation now due.
@@ -512,17 +515,14 @@ class _Timeline:
         A conversation is delayed as a whole (D1): it is due when its first waiting message is,
         and then all its waiting messages are re-routed in their original order in one batch.
         """
-        due_at: dict[str, datetime] = {}
-        for waiting in self.queue:
-            conversation = waiting.message.conversation_id
-            due_at[conversation] = min(due_at.get(conversation, waiting.due), waiting.due)
-        due = {c for c, at in due_at.items() if at <= self.clock}
-        retried = sorted((w for w in self.queue if w.message.conversation_id in due), key=lambda w: w.order)
-        self.queue = [w for w in self.queue if w.message.conversation_id not in due]
-        self.route_batch([w.message for w in retried])
+        retried: list[Held[Message]] = []
+        for conversation, memory in list(self.memory.items()):
+            self.memory[conversation], released = memory.release_due(self.now_ms, self.retry_ms)
+            retried.extend(released)
+        self.route_batch([h.message for h in sorted(retried, key=lambda h: h.order)])
 
     def route_batch(self, messages: list[Message]) -> None:
-        """Decide one batch, queue what is delayed, then route the MissingRoute requests it made."""
+        """Decide one batch, hold what is delayed, then route the MissingRoute requests it made."""
         if not messages:
             return
         batch = RoutingBatch(
@@ -531,22 +531,30 @@ class _Timeline:
             messages=tuple(self.with_endpoint_state(m) for m in messages),
             now=self.clock,
             mirrors=dict(self.mirrors),
-            pending_requests=frozenset(self.pending),
-            waiting_conversations=frozenset(w.message.conversation_id for w in self.queue),
-            choices=dict(self.choices),
+            pending_requests=self.requests.pending,
+            waiting_conversations=frozenset(c for c, m in self.memory.items() if m.held),
+            choices={
+                (conversation, *entry): kept.identity
+                for conversation, memory in self.memory.items()
+                for entry, kept in memory.kept.items()
+            },
         )
         result = self.decider.decide(batch)
         got = [d.id for d in result.decisions]
         if got != [m.id for m in messages]:
             raise RouterError(f"the decider answered {got} for the messages {[m.id for m in messages]}")
-        retry_at = self.clock + timedelta(seconds=self.scenario.instance.retry_s)
         for message, decision in zip(messages, result.decisions, strict=True):
             self.decisions.append(replace(decision, at=self.clock))
             if decision.outcome is Outcome.DELAYED:
                 order = self.first_delayed.setdefault(message.id, len(self.first_delayed))
-                self.queue.append(_Waiting(message, order, retry_at))
-        self.pending.update(result.requests)
-        self.choices.update(result.choices)
+                memory = self.memory.get(message.conversation_id, Conversation())
+                entry = (message.origin, message.service)
+                self.memory[message.conversation_id] = memory.hold(message, order, self.now_ms, entry)
+        for (conversation, origin, service), identity in result.choices.items():
+            memory = self.memory.get(conversation, Conversation())
+            self.memory[conversation] = memory.remember((origin, service), identity, self.now_ms)
+        for request in result.requests:
+            self.requests = self.requests.record(request, True, self.now_ms)
         self.route_batch([self.missing_route_request(scope) for scope, _ in result.requests])
 
     def with_endpoint_state(self, message: Message) -> Message:
