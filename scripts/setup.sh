@@ -92,19 +92,20 @@ for side in spark kafka kafka-tools; do
     did_something=1
 done
 
-# 4. The router's JVM state processor (K2's kept choices in Spark's state store), compiled against
-# the jars of the installed pyspark so that it matches the Spark it runs in.
+# 4. The router's JVM classes (the state processor, the batch plan, the Kafka write), compiled
+# against the jars of the installed pyspark and the Kafka connector, so that they match the Spark
+# they run in.
 pyspark_jars="$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
 state_input="$CACHE/state-input.txt"
 mkdir -p "$CACHE"
-{ find jvm/state/src -name '*.java' | sort | xargs sha256sum; "$VENV/bin/python" -c 'import pyspark; print(pyspark.__version__)'; } >"$state_input"
+{ find jvm/state/src -name '*.java' | sort | xargs sha256sum; "$VENV/bin/python" -c 'import pyspark; print(pyspark.__version__)'; sha256sum jvm/spark/pom.xml; } >"$state_input"
 state_jar="$CACHE/jars/router/router-state.jar"
 if ! stamp_is_current jars-router "$state_input" || [[ ! -f "$state_jar" ]]; then
     say "compiling the state processor (jvm/state) against pyspark's jars into $state_jar"
     classes="$CACHE/state-classes"
     rm -rf "$classes"
     mkdir -p "$classes" "$(dirname "$state_jar")"
-    if ! javac -nowarn --release 17 -d "$classes" -cp "$pyspark_jars/*" \
+    if ! javac -nowarn --release 17 -d "$classes" -cp "$pyspark_jars/*:$CACHE/jars/spark/*" \
         $(find jvm/state/src -name '*.java' | sort) >"$CACHE/javac.log" 2>&1; then
         cat "$CACHE/javac.log" >&2
         die "javac could not compile jvm/state (log above, also in $CACHE/javac.log)"
