@@ -32,7 +32,8 @@ from streaming.kafka.admin import cluster_metadata, end_offsets, ensure_topics
 from streaming.kafka.avro import encode_route, new_message_record, parsed_schema, route_to_record
 from streaming.kafka.embedded import EmbeddedKafka
 from streaming.rules.model import Database, Instance, Route, normalize_address
-from streaming.tables.topic_io import consumer, publish_catalogs
+from streaming.tables.reader import consumer
+from streaming.tables.topic_io import publish_catalogs
 
 AW = Database("AW", "0a0a0a0a-0000-0000-0000-000000000001", True, ("Local0", "Local1"))
 MSDB = Database("msdb", "0d0d0d0d-0000-0000-0000-000000000001", True, ())

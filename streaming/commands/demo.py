@@ -50,12 +50,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--state-dir", type=Path, default=None, help="the broker's state folder (default .state/kafka)"
     )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="also show Spark's and Kafka's warnings (on stderr)"
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo end to end and print the summary table."""
     from streaming.spark.job import RouterJob
+    from streaming.spark.progress import BatchReport
     from streaming.spark.session import build_session
 
     started = time.monotonic()
@@ -99,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     send_records(bootstrap, topics.outbound_topic("i1", prefix), records)
     print(f"demo: sent {len(records)} messages in {args.conversations} conversations from i1/AW", flush=True)
 
-    spark = build_session("router-demo")
+    spark = build_session("router-demo", verbose=args.verbose)
     state = Path(state_dir).parent / "checkpoints" / prefix
     for instance in ("i1", "i2"):
         settings = load_settings(
@@ -110,13 +114,19 @@ def run(args: argparse.Namespace) -> int:
             checkpoint_dir=str(state / instance),
         )
         job = RouterJob(spark, settings)
+
+        def show(report: BatchReport, name: str = instance) -> None:
+            print(f"demo: router {name}: {report.line()}", flush=True)
+
         try:
-            job.replay()
+            job.replay(on_batch=show)
         except RouterError as exc:
             print(f"demo: {exc}")
             return 1
+        finally:
+            job.close()
         print(
-            f"demo: router {instance} routed {job.routed} records in {job.batches} micro-batch(es)",
+            f"demo: router {instance}: {job.totals.summary()}",
             flush=True,
         )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from streaming.commands.run import add_job_arguments, settings_from
+from streaming.commands.run import add_job_arguments, settings_from, stop_on_signals
 from streaming.errors import RouterError
 
 
@@ -12,12 +12,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add the `replay` command."""
     parser = subparsers.add_parser(
         "replay",
-        help="route everything the instance's input topics hold now (Trigger.AvailableNow), then exit",
+        help="route everything the instance's input topics hold now, then exit",
         description=(
-            "Run the same streaming job as `router run` with Trigger.AvailableNow: every record in the "
-            "outbound and inbound topics up to now is routed, then the query stops. With --drain-delayed "
-            "it then waits for delayed messages to fall due and re-routes them, until none wait or "
-            "--max-wait seconds pass. Used by tests and to replay recorded traffic."
+            "Run the same streaming job as `router run`, micro-batches back to back, until it has routed "
+            "every record the outbound and inbound topics held when it started (and read back what its own "
+            "batches delayed and chose), then stop. With --drain-delayed it then waits for delayed "
+            "messages to fall due and re-routes them, until none wait or --max-wait seconds pass. Used "
+            "by tests and to replay recorded traffic. Ctrl-C stops it between micro-batches."
         ),
     )
     add_job_arguments(parser)
@@ -37,24 +38,33 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def replay(args: argparse.Namespace) -> int:
-    """Replay once; print what was routed."""
+    """Replay once; print a line per micro-batch and what was routed."""
     from streaming.spark.job import RouterJob, run_until_drained
     from streaming.spark.session import build_session
 
+    def say(text: str) -> None:
+        print(f"router replay: {text}", flush=True)
+
+    stop = stop_on_signals(say)
     settings = settings_from(args)
     spark = build_session(
-        f"router-replay-{settings.instance}", settings.spark_master, settings.shuffle_partitions
+        f"router-replay-{settings.instance}",
+        settings.spark_master,
+        settings.shuffle_partitions,
+        verbose=args.verbose,
     )
-    job = RouterJob(spark, settings)
+    job = RouterJob(spark, settings, count_jobs=args.verbose)
     try:
-        job.replay()
+        job.replay(stop=stop, on_batch=lambda report: say(report.line()))
+        if args.drain_delayed and not stop.is_set():
+            left = run_until_drained(job, args.max_wait, progress=say, stop=stop)
+            say(f"{left} delayed message(s) still waiting")
     except RouterError as exc:
-        print(f"router replay: {exc}")
+        say(f"error: {exc}")
         return 1
-    print(f"router replay: {job.routed} records routed in {job.batches} batches")
-    if args.drain_delayed:
-        left = run_until_drained(
-            job, args.max_wait, progress=lambda text: print(f"router replay: {text}", flush=True)
-        )
-        print(f"router replay: {left} delayed message(s) still waiting; {job.routed} routed in all")
+    finally:
+        job.close()
+    if stop.is_set():
+        say("stopped between micro-batches before the end")
+    say(job.totals.summary())
     return 0

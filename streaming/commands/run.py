@@ -4,21 +4,28 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
 
-from streaming.commands.common import add_prefix_argument
-from streaming.config import load_settings
+from streaming.config import Settings, load_settings
+from streaming.spark.job import STOP_GRACE_S
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `run` command."""
     parser = subparsers.add_parser(
         "run",
-        help="run the streaming router for one instance until stopped (Ctrl-C)",
+        help="run the streaming router for one instance until stopped (Ctrl-C or SIGTERM)",
         description=(
             "Start the Spark Structured Streaming query that routes the instance's outbound and inbound "
             "topics: each micro-batch is decided against the current route snapshot and written to its "
-            "destination topics. Delayed messages are re-routed when due (the catalog's retry_s). "
-            "Progress is printed every 10 micro-batches. The query resumes from its checkpoint."
+            "destination topics, and a line per micro-batch says what it did. Delayed messages are "
+            "re-routed when due (the catalog's retry_s). The query resumes from its checkpoint. "
+            f"Ctrl-C or SIGTERM stops it between micro-batches (a batch still running after "
+            f"{STOP_GRACE_S:.0f} s is cut short, and runs again at the next start) and exits 0; "
+            "a second Ctrl-C stops at once."
         ),
     )
     add_job_arguments(parser)
@@ -32,16 +39,22 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap", help="Kafka bootstrap servers (default 127.0.0.1:19092, env ROUTER_BOOTSTRAP)"
     )
-    # No default here: a prefix from the settings file holds unless the flag is given.
+    from streaming.commands.common import add_prefix_argument
+
     add_prefix_argument(parser, default=None)
     parser.add_argument(
         "--checkpoint-dir", help="where the query keeps its checkpoint (default .state/checkpoints/INSTANCE)"
     )
     parser.add_argument("--spark-master", help="Spark master URL (default local[2], env ROUTER_SPARK_MASTER)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log every micro-batch")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also show Spark's and Kafka's warnings (stderr) and each batch's Spark jobs and stages",
+    )
 
 
-def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def settings_from(args: argparse.Namespace) -> Settings:
     """Build the job settings from the file and the flags."""
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(name)s %(message)s"
@@ -56,26 +69,51 @@ def settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     )
 
 
+def stop_on_signals(say: Callable[[str], None]) -> threading.Event:
+    """An event set by the first SIGINT or SIGTERM; a second one ends the process at once (exit 130)."""
+    stop = threading.Event()
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if stop.is_set():
+            say(f"{name} again: stopping at once; the micro-batch in flight runs again at the next start")
+            raise SystemExit(130)
+        stop.set()
+        say(f"{name}: stopping after the micro-batch in flight (Ctrl-C again stops at once)")
+
+    signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGTERM, handle)
+    return stop
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run until interrupted."""
+    """Run until a signal asks to stop; print one line per micro-batch and a summary."""
     from streaming.spark.job import RouterJob
     from streaming.spark.session import build_session
 
+    def say(text: str) -> None:
+        print(f"router run: {text}", flush=True)
+
+    stop = stop_on_signals(say)
     settings = settings_from(args)
-    print(f"router run: {settings.describe()}", flush=True)
-    spark = build_session(f"router-{settings.instance}", settings.spark_master, settings.shuffle_partitions)
-    job = RouterJob(spark, settings)
-    query = job.start(available_now=False)
-    print(f"router run: query {query.name} started; Ctrl-C stops it", flush=True)
-    seen = 0
-    try:
-        while query.isActive:
-            query.awaitTermination(10)
-            if job.batches != seen:
-                seen = job.batches
-                print(f"router run: {job.batches} batches, {job.routed} records routed", flush=True)
-    except KeyboardInterrupt:
-        print("router run: stopping", flush=True)
-    finally:
-        query.stop()
+    say(settings.describe())
+    spark = build_session(
+        f"router-{settings.instance}",
+        settings.spark_master,
+        settings.shuffle_partitions,
+        verbose=args.verbose,
+    )
+    job = RouterJob(spark, settings, count_jobs=args.verbose)
+    if stop.is_set():
+        return 0
+    say(f"routing instance {settings.instance}; Ctrl-C stops it")
+    abandoned = job.run(stop, on_batch=lambda report: say(report.line()))
+    if stop.is_set():
+        cut = (
+            "; the micro-batch in flight was cut short and runs again at the next start" if abandoned else ""
+        )
+        say(f"stopped between micro-batches{cut}")
+    say(job.totals.summary())
+    job.close()
+    spark.stop()
     return 0

@@ -101,6 +101,41 @@ def ensure_topics(
     return created
 
 
+def create_destination_topics(
+    bootstrap: str, names: Iterable[str], *, timeout: float = 30.0
+) -> dict[str, str]:
+    """Create the topics that do not exist yet; return those the broker refused, with its error.
+
+    Unlike `ensure_topics`, a refusal (an invalid name, no authorization, a policy) is not raised:
+    the router sets the messages for such a topic aside and goes on with the others. A broker that
+    does not answer still raises KafkaUnavailable.
+    """
+    wanted = list(dict.fromkeys(names))
+    if not wanted:
+        return {}
+    client = admin_client(bootstrap)  # kept referenced: its futures resolve only while it lives
+    existing = set(cluster_metadata(bootstrap, timeout).topics)
+    missing = [name for name in wanted if name not in existing]
+    refused: dict[str, str] = {}
+    if missing:
+        futures = client.create_topics(
+            [NewTopic(name, 1, 1) for name in missing], operation_timeout=timeout, request_timeout=timeout
+        )
+        for name, future in futures.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue
+                unreachable = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
+                if isinstance(error, KafkaError) and error.code() in unreachable:
+                    raise KafkaUnavailable(f"creating topic {name!r} at {bootstrap}: {error.str()}") from exc
+                refused[name] = error.str() if isinstance(error, KafkaError) else str(exc)
+    _wait_for_leaders(bootstrap, [n for n in wanted if n not in refused], timeout)
+    return refused
+
+
 def _check_compacted(client: AdminClient, names: list[str], bootstrap: str, timeout: float) -> None:
     if not names:
         return

@@ -14,22 +14,24 @@ from streaming.rules.batch import BatchResult, RoutingBatch
 from streaming.rules.model import (
     BROKER_CONFIGURATION_SERVICE,
     Decision,
-    Instance,
     Outcome,
     Reason,
-    Route,
-    normalize_address,
 )
 from streaming.spark.engine import (
+    BEHIND,
     CHOICE_SCHEMA,
     MESSAGE_SCHEMA,
+    apply_behind,
     attach_choices,
     batch_context,
     build_snapshot,
     decide,
+    decide_each,
     local_frame,
     route_frame,
+    snapshot_flags,
 )
+from streaming.spark.state import mark_in_batch_order
 
 
 class SparkDecider:
@@ -57,9 +59,12 @@ class SparkDecider:
         is seen by another. The result is in the order of `batches`.
         """
         results: list[BatchResult | None] = [None] * len(batches)
+        # One plan per clock, and apart the batches that route to the dynamic routing service: the
+        # others are decided as the streaming job decides them, with D1 marked in one ordered pass.
         by_clock: dict[object, list[int]] = {}
         for index, batch in enumerate(batches):
-            by_clock.setdefault(batch.now, []).append(index)
+            has_bcn = any(r.service == BROKER_CONFIGURATION_SERVICE for r in batch.routes)
+            by_clock.setdefault((batch.now, has_bcn), []).append(index)
         for indexes in by_clock.values():
             together = self._decide_together([batches[i] for i in indexes])
             for index, result in zip(indexes, together, strict=True):
@@ -92,17 +97,18 @@ class SparkDecider:
             return [BatchResult(decisions=()) for _ in batches]
         messages = local_frame(self.spark, rows, MESSAGE_SCHEMA)
         routes = [(key, route) for key, batch in zip(keys, batches, strict=True) for route in batch.routes]
+        instances = {key: batch.instance for key, batch in zip(keys, batches, strict=True)}
+        now = batches[0].now
         snapshot = build_snapshot(
             self.spark,
-            {key: batch.instance for key, batch in zip(keys, batches, strict=True)},
+            instances,
             route_frame(self.spark, routes),
+            now=now,
+            flags=snapshot_flags(routes, instances, now),
             mirrors={key: dict(batch.mirrors) for key, batch in zip(keys, batches, strict=True)},
-            has_bcn=any(r.service == BROKER_CONFIGURATION_SERVICE for _, r in routes),
-            may_loop_back=any(_may_loop_back(r, batches[int(key)].instance) for key, r in routes),
         )
         context = batch_context(
             self.spark,
-            batches[0].now,
             pending=frozenset(
                 (key, scope, service)
                 for key, batch in zip(keys, batches, strict=True)
@@ -121,7 +127,15 @@ class SparkDecider:
         ]
         if kept:
             messages = attach_choices(messages, local_frame(self.spark, kept, CHOICE_SCHEMA))
-        result = decide(messages, snapshot, context).orderBy("pos").collect()
+        if snapshot.has_bcn:
+            decided = decide(messages, snapshot, context)
+        else:
+            # Each conversation's rows together in batch order, as the state processor lets them
+            # leave in the job (sorted after the decision: Spark drops a sort below a join).
+            each = decide_each(messages, snapshot, context)
+            ordered = each.repartition(1).sortWithinPartitions("instance", "conversation_id", "pos")
+            decided = apply_behind(mark_in_batch_order(ordered)).drop(BEHIND)
+        result = decided.orderBy("pos").collect()
         by_key: dict[str, list[Row]] = {key: [] for key in keys}
         for row in result:
             by_key[row["instance"]].append(row)
@@ -143,16 +157,6 @@ class SparkDecider:
             )
             for key, batch in zip(keys, batches, strict=True)
         ]
-
-
-def _may_loop_back(route: Route, instance: Instance) -> bool:
-    """S5 can apply: the route is TRANSPORT, or one of its addresses is the instance's own."""
-    own = normalize_address(instance.address)
-    return (
-        route.address.strip().upper() == "TRANSPORT"
-        or normalize_address(route.address) == own
-        or (route.mirror_address is not None and normalize_address(route.mirror_address) == own)
-    )
 
 
 def _to_decision(row: Row, batch: RoutingBatch) -> Decision:

@@ -1,15 +1,30 @@
 """The routing rules as Spark SQL: the same steps as `streaming.rules`, run inside the JVM.
 
-The route snapshot is grouped on the driver side into small broadcast tables keyed by what a
-message matches on: (scope, service) for routes naming a service, scope for wildcard routes,
-service for the databases hosting it, broker instance for S4. Every key starts with the instance:
-one snapshot can hold several instances' routes and catalogs, and a message's `instance` column
-says whose it is routed by (the job holds one; the agreement tests decide hundreds of generated
-instances in one plan). Each message then makes a few
-broadcast hash lookups and every rule step is a SQL expression over the arrays it found
-(`filter`, `transform`, `array_sort`): a narrow, shuffle-free plan with no Python on the hot path.
-Only the in-batch order rules (D1 delayed-behind, B4 first request) aggregate, and only over the
-rows they concern.
+The work is split where it is cheapest to do:
+
+* **The snapshot side** (`build_snapshot`, once per route snapshot): everything that depends only
+  on the routes, the catalog and the mirror roles. R6 keeps the routes active at the snapshot's
+  instant (the snapshot says until when that holds: `SnapshotFlags.valid_until`). The routes of
+  each matching key are deduplicated (C0), sorted by identity (the order C5 picks from) and split
+  into the four choice tiers (C1 mirror with its principal partner, MI2/MI3; C2 LOCAL; C3 network;
+  C4 TRANSPORT): per (instance, scope, service) for the routes naming no broker instance (M2) and
+  for each broker instance the routes name (M1, M3), per (instance, scope) for the wildcard routes
+  (M5). These are small broadcast tables.
+* **The message side** (`decide`, per micro-batch): a few broadcast hash lookups per message and
+  scalar expressions over what they found: which matching step holds, which tier is usable for this
+  message (a LOCAL tier when §1.6 locates the service, a TRANSPORT tier when the service name holds
+  an address), the pick, and the fate. Every candidate of a tier is usable or none is (for one
+  message, every LOCAL route locates the same database: the broker instance is the message's, the
+  route's for M1/M3, none for M2/M5; T1 reads the service name), so no per-candidate work is left.
+  The message side uses no higher-order (lambda) function, so Spark generates code for all of it.
+
+The in-batch order rules (D1 delayed-behind; B4's first request, with a route to the dynamic
+routing service only) are window functions over the batch: one linear plan, no self-join, no
+intermediate materialization.
+
+Every key starts with the instance: one snapshot can hold several instances' routes and catalogs,
+and a message's `instance` column says whose it is routed by (the job holds one; the agreement
+tests decide hundreds of generated instances in one plan).
 
 The arbitrary choices of the spec are the reference engine's deterministic ones: index
 `crc32(conversation_id) % n` over the candidates sorted by their C0 identity (C5) and over the
@@ -21,15 +36,16 @@ to keep.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
     DoubleType,
     IntegerType,
@@ -101,11 +117,11 @@ when the conversation had no choice, "again" when it had another (its route is g
 CHOICE_KEY_COLUMNS = ("k_instance", "k_conversation_id", "k_origin", "k_service")
 CHOICE_IDENTITY_COLUMNS = ("k_bid", "k_route_service", "k_address")
 KEPT_COLUMNS = ("kept_bid", "kept_route_service", "kept_address")
-WAITING_COLUMN = "waiting"
-"""Set by the streaming job's state: the message's conversation has delayed messages waiting (D1)."""
 """Message columns: the identity its conversation kept (K2) for its origin and service, or null.
 The streaming job's state processor sets them (`streaming.spark.state`); `attach_choices` joins
 them from a CHOICE_SCHEMA table. Without them, a message keeps nothing."""
+WAITING_COLUMN = "waiting"
+"""Set by the streaming job's state: the message's conversation has delayed messages waiting (D1)."""
 
 DECISION_COLUMNS = (
     "outcome",
@@ -126,46 +142,124 @@ LITERAL_ROWS = 16
 """local_frame writes up to this many rows into the plan as literals; more go over as Arrow."""
 
 TIER_MIRROR, TIER_LOCAL, TIER_NETWORK, TIER_TRANSPORT = 1, 2, 3, 4
+TIERS = (TIER_MIRROR, TIER_LOCAL, TIER_NETWORK, TIER_TRANSPORT)
 # T1/T4: `tcp://host:port` at the start of the service name, ending at `/` or at the end.
 _TRANSPORT_PREFIX = r"^((?i)tcp://[^/:\s]+:[0-9]+)(/|$)"
+
+CANDIDATE_TYPE = StructType(
+    [
+        StructField("name", StringType()),
+        StructField("bid", StringType()),
+        StructField("service", StringType()),
+        StructField("address", StringType()),
+        StructField("target", StringType()),
+    ]
+)
+"""One route of a tier: what a decision reports, and its next hop when the snapshot knows it (the
+address of a network route, the principal partner of a mirror route, MI2; null when no partner
+claims the role, MI3). LOCAL and TRANSPORT next hops are found per message."""
+
+IDENTITY_TYPE = StructType(
+    [
+        StructField("bid", StringType()),
+        StructField("service", StringType()),
+        StructField("address", StringType()),
+    ]
+)
+"""C0: (broker instance or "", service or "", address), in the form a kept choice (K2) is stored."""
+
+TIERS_TYPE = StructType(
+    [StructField(f"c{t}", ArrayType(CANDIDATE_TYPE)) for t in TIERS]
+    + [StructField(f"i{t}", ArrayType(IDENTITY_TYPE)) for t in TIERS]
+)
+"""A candidate set after C0, split into the tiers C1-C4 (`c1`..`c4`), each in identity order, with
+the identities of each tier's routes alongside (`i1`..`i4`)."""
+
+
+@dataclass(frozen=True)
+class SnapshotFlags:
+    """What the snapshot's routes imply for the shape of the plan and for how long it holds."""
+
+    has_bcn: bool
+    """An active route names the dynamic routing service (M4 can apply; B4 ranks in the batch)."""
+    may_loop_back: bool
+    """A route can lead to its instance's own address (S5): a second pass decides those messages."""
+    has_transport: bool
+    """An active TRANSPORT route exists: a next hop can come from a service name (T1)."""
+    valid_until: datetime | None
+    """The next instant a route expires (R6): the snapshot must be built again from then on."""
+
+
+def snapshot_flags(
+    routes: Iterable[tuple[str, Route]], instances: Mapping[str, Instance], now: datetime
+) -> SnapshotFlags:
+    """Compute `SnapshotFlags` for (instance key, route) pairs at `now`."""
+    has_bcn = may_loop_back = has_transport = False
+    valid_until: datetime | None = None
+    for key, route in routes:
+        if not route.is_active(now):
+            continue
+        if route.expires_at is not None and (valid_until is None or route.expires_at < valid_until):
+            valid_until = route.expires_at
+        has_bcn = has_bcn or route.service == BROKER_CONFIGURATION_SERVICE
+        has_transport = has_transport or route.is_transport
+        own = normalize_address(instances[key].address)
+        may_loop_back = may_loop_back or (
+            route.is_transport
+            or normalize_address(route.address) == own
+            or (route.mirror_address is not None and normalize_address(route.mirror_address) == own)
+        )
+    return SnapshotFlags(has_bcn, may_loop_back, has_transport, valid_until)
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The broadcast side, built once per route snapshot: routes grouped by matching key, the catalog.
+    """The broadcast side, built once per route snapshot (see the module docstring).
 
     Every table is keyed by instance first: one snapshot can hold the routes and catalogs of several
-    instances, and each message is decided against those of the instance its `instance` column
-    names. The streaming job holds one instance; the engine-agreement tests decide many at once.
-    Nothing here depends on the clock: each route keeps its expiry and R6 is applied per batch.
+    instances, and each message is decided against those of the instance its `instance` column names.
     """
 
     named: DataFrame
-    """n_instance, n_scope, n_service, n_routes: array of route structs naming that service (M1–M3)."""
+    """n_instance, n_scope, n_service; n_m2 (TIERS_TYPE of the routes naming the service and no
+    broker instance, null when none); n_by_bid (broker instance -> TIERS_TYPE of the routes naming
+    the service and that broker instance: M1, and M3 once one is picked); n_bids (those broker
+    instances, sorted)."""
     scopes: DataFrame
-    """s_instance, s_scope, s_wild (routes with neither service nor broker instance, M5), s_bcn (M4)."""
+    """s_instance, s_scope; s_wild (TIERS_TYPE of the routes naming neither service nor broker
+    instance, M5; null when none); s_bcn (an active route to the dynamic routing service, M4)."""
     hosted: DataFrame
-    """h_instance, h_service, h_dbs (array of {name, bid} of broker-enabled hosts, catalog order), h_any."""
+    """h_instance, h_service; h_names (broker-enabled databases hosting it, catalog order);
+    h_by_bid (their broker instance -> name)."""
     databases: DataFrame
     """e_instance, e_bid, e_name: broker-enabled databases by broker instance (S4)."""
     instances: DataFrame
     """i_instance, i_address (normalized, S5), i_forwarding (F1), i_budget (forward buffer bytes, F5)."""
-    has_bcn: bool
-    may_loop_back: bool = True
-    """Whether a route can lead to its instance's own address (S5); when none can, one pass decides."""
+    flags: SnapshotFlags
     version: str = ""
+    at: datetime | None = None
+    """The instant whose active routes (R6) the snapshot holds."""
 
-    def unpersist(self) -> None:
-        """Release the cached tables of a snapshot that has been replaced."""
-        for frame in (self.named, self.scopes, self.hosted, self.databases, self.instances):
-            frame.unpersist()
+    @property
+    def has_bcn(self) -> bool:
+        """See `SnapshotFlags.has_bcn`."""
+        return self.flags.has_bcn
+
+    @property
+    def may_loop_back(self) -> bool:
+        """See `SnapshotFlags.may_loop_back`."""
+        return self.flags.may_loop_back
+
+    def holds_at(self, now: datetime) -> bool:
+        """Whether the snapshot's active routes (R6) are still those of `now`."""
+        until = self.flags.valid_until
+        return until is None or now < until
 
 
 @dataclass(frozen=True)
 class BatchContext:
-    """What changes from batch to batch: the clock and the small driver-held sets."""
+    """What changes from batch to batch: the small driver-held sets."""
 
-    now: datetime
     pending: DataFrame
     """p_instance, p_scope, p_service: MissingRoute requests outstanding (B4)."""
     waiting: DataFrame
@@ -176,7 +270,6 @@ class BatchContext:
 
 def batch_context(
     spark: SparkSession,
-    now: datetime,
     pending: frozenset[tuple[str, str, str]] = frozenset(),
     waiting: frozenset[tuple[str, str]] = frozenset(),
 ) -> BatchContext:
@@ -185,7 +278,6 @@ def batch_context(
     `pending` holds (instance, scope, service) and `waiting` (instance, conversation id).
     """
     return BatchContext(
-        now=now,
         pending=local_frame(spark, sorted(pending), "p_instance string, p_scope string, p_service string"),
         waiting=local_frame(spark, sorted(waiting), "w_instance string, w_conversation_id string"),
         has_pending=bool(pending),
@@ -219,11 +311,16 @@ def route_frame(spark: SparkSession, routes: Sequence[tuple[str, Route]]) -> Dat
             r.broker_instance,
             r.address,
             r.mirror_address,
-            r.expires_at.replace(tzinfo=None) if r.expires_at else None,
+            _naive_utc(r.expires_at) if r.expires_at else None,
         )
         for instance, r in routes
     ]
     return local_frame(spark, rows, ROUTE_SCHEMA)
+
+
+def _naive_utc(instant: datetime) -> datetime:
+    """The UTC wall time of an instant, as Spark's session (time zone UTC) reads a naive value."""
+    return instant.astimezone(timezone.utc).replace(tzinfo=None) if instant.tzinfo else instant
 
 
 def local_frame(spark: SparkSession, rows: Sequence[Sequence[object]], schema: StructType | str) -> DataFrame:
@@ -254,32 +351,45 @@ def local_frame(spark: SparkSession, rows: Sequence[Sequence[object]], schema: S
     return spark.range(1).select(F.inline(F.array(*values)))
 
 
+def _collected(frame: DataFrame) -> DataFrame:
+    """`frame` computed once and held in the plan as a local table, all inside the JVM.
+
+    A broadcast of a local table is made on the driver, where a broadcast of a cached one runs a
+    Spark job: this way a micro-batch runs no job for the snapshot's tables.
+    """
+    jdf = frame._jdf
+    local = frame.sparkSession._jsparkSession.createDataFrame(jdf.collectAsList(), jdf.schema())
+    return DataFrame(local, frame.sparkSession)
+
+
 def normalize_address_sql(col: Column) -> Column:
     """normalize_address in SQL: lowercase, no trailing `/` (R4)."""
     return F.lower(F.regexp_replace(F.trim(col), "/+$", ""))
+
+
+# --- the snapshot side ---------------------------------------------------------------------------
 
 
 def build_snapshot(
     spark: SparkSession,
     instances: Mapping[str, Instance],
     routes: DataFrame,
+    *,
+    now: datetime,
+    flags: SnapshotFlags,
     mirrors: Mapping[str, Mapping[str, MirrorRole]] | None = None,
     version: str = "",
     cache: bool = False,
-    has_bcn: bool | None = None,
-    may_loop_back: bool | None = None,
 ) -> Snapshot:
-    """Group the routes by matching key and attach each route's tier and target.
+    """Group the active routes by matching key into their tiers (see the module docstring).
 
     `instances` maps the key a message's and a route's `instance` column holds to that instance's
-    catalog; `mirrors` maps the same key to the instance's mirror status table (MI4).
-    A mirror route's target is the partner that says it is principal, or null (MI2, MI3); a
-    network route's target is its address; LOCAL and TRANSPORT targets are found per message.
-    With `cache`, the grouped tables are computed once and kept for every batch of the snapshot.
-    `has_bcn` (whether any route names the dynamic routing service) and `may_loop_back` (whether
-    any route's address is its instance's own, or is TRANSPORT, which takes it from the service
-    name) are looked up unless given.
+    catalog; `mirrors` maps the same key to the instance's mirror status table (MI4). `now` is the
+    instant whose active routes (R6) the snapshot holds; `flags` are the routes' (`snapshot_flags`).
+    With `cache`, the tables are computed once and kept for every batch of the snapshot.
     """
+    at = F.lit(_naive_utc(now)).cast("timestamp")
+    active = routes.where(F.col("expires_at").isNull() | (F.col("expires_at") > at))
     principal_rows = [
         (key, address)
         for key, roles in (mirrors or {}).items()
@@ -291,7 +401,7 @@ def build_snapshot(
         .groupBy("pi_instance")
         .agg(F.collect_set("address").alias("pi_set"))
     )
-    routes = routes.join(F.broadcast(principals), routes["instance"] == principals["pi_instance"], "left")
+    active = active.join(F.broadcast(principals), active["instance"] == principals["pi_instance"], "left")
     principal_set = F.coalesce(F.col("pi_set"), F.array().cast("array<string>"))
     upper = F.upper(F.trim(F.col("address")))
     tier = (
@@ -306,70 +416,52 @@ def build_snapshot(
         F.array_contains(principal_set, normalize_address_sql(F.col("mirror_address"))),
         F.col("mirror_address"),
     )
-    target = F.when(tier == TIER_MIRROR, mirror_target).when(tier == TIER_NETWORK, F.col("address"))
-    route_struct = F.struct(
+    # Sorted by identity then name, so that C0 keeps the smallest name of each identity.
+    element = F.struct(
+        F.struct(
+            F.coalesce(F.col("broker_instance"), F.lit("")).alias("bid"),
+            F.coalesce(F.col("service"), F.lit("")).alias("service"),
+            F.col("address").alias("address"),
+        ).alias("identity"),
         F.col("name").alias("name"),
+        tier.alias("tier"),
         F.col("broker_instance").alias("bid"),
         F.col("service").alias("service"),
         F.col("address").alias("address"),
-        tier.alias("tier"),
-        target.alias("target"),
-        F.col("expires_at").alias("expires_at"),
+        F.when(tier == TIER_MIRROR, mirror_target)
+        .when(tier == TIER_NETWORK, F.col("address"))
+        .alias("target"),
     )
-    shaped = routes.select("instance", "scope", "service", "broker_instance", route_struct.alias("r"))
-    named = (
+    shaped = active.select("instance", "scope", "service", "broker_instance", element.alias("r"))
+    per_bid = _with_tiers(
         shaped.where(F.col("service").isNotNull())
-        .groupBy("instance", "scope", "service")
-        .agg(_by_identity(F.collect_list("r")).alias("n_routes"))
-        .select(
-            F.col("instance").alias("n_instance"),
-            F.col("scope").alias("n_scope"),
-            F.col("service").alias("n_service"),
-            "n_routes",
-        )
+        .groupBy("instance", "scope", "service", "broker_instance")
+        .agg(F.collect_list("r").alias("_routes"))
     )
-    is_bcn = F.col("service") == F.lit(BROKER_CONFIGURATION_SERVICE)
+    bid = F.col("broker_instance")
+    named = per_bid.groupBy("instance", "scope", "service").agg(
+        F.first(F.when(bid.isNull(), F.col("_tiers")), ignorenulls=True).alias("n_m2"),
+        F.map_from_entries(F.collect_list(F.when(bid.isNotNull(), F.struct(bid, F.col("_tiers"))))).alias(
+            "n_by_bid"
+        ),
+        F.array_sort(F.collect_list(bid)).alias("n_bids"),
+    )
+    named = named.withColumnsRenamed({"instance": "n_instance", "scope": "n_scope", "service": "n_service"})
     wildcard = F.col("service").isNull() & F.col("broker_instance").isNull()
-    scopes = (
-        shaped.groupBy("instance", "scope")
-        .agg(
-            _by_identity(
-                F.filter(F.collect_list(F.when(wildcard, F.col("r"))), lambda r: r.isNotNull())
-            ).alias("s_wild"),
-            F.filter(
-                F.collect_list(F.when(is_bcn, F.struct(F.col("r")["expires_at"].alias("e")))),
-                lambda r: r.isNotNull(),
-            ).alias("s_bcn"),
+    scopes = _with_tiers(
+        shaped.groupBy("instance", "scope").agg(
+            F.collect_list(F.when(wildcard, F.col("r"))).alias("_routes"),
+            F.max(F.coalesce(F.col("service") == F.lit(BROKER_CONFIGURATION_SERVICE), F.lit(False))).alias(
+                "s_bcn"
+            ),
         )
-        .withColumnsRenamed({"instance": "s_instance", "scope": "s_scope"})
+    ).select(
+        F.col("instance").alias("s_instance"),
+        F.col("scope").alias("s_scope"),
+        F.when(F.size("_routes") > 0, F.col("_tiers")).alias("s_wild"),
+        "s_bcn",
     )
-    hosted_rows = [
-        (key, s, d.name, d.broker_instance, d.broker_enabled, i)
-        for key, instance in instances.items()
-        for i, d in enumerate(instance.databases)
-        for s in d.services
-    ]
-    hosted_raw = local_frame(
-        spark,
-        hosted_rows,
-        "instance string, service string, name string, bid string, enabled boolean, ord int",
-    )
-    hosted = (
-        hosted_raw.groupBy("instance", "service")
-        .agg(
-            F.transform(
-                F.array_sort(
-                    F.filter(
-                        F.collect_list(F.struct("ord", "name", "bid", "enabled")), lambda h: h["enabled"]
-                    )
-                ),
-                lambda h: F.struct(h["name"].alias("name"), h["bid"].alias("bid")),
-            ).alias("h_dbs"),
-            # M6 and L4: only a broker-enabled database makes the service "hosted by the instance".
-            F.max(F.col("enabled")).alias("h_any"),
-        )
-        .withColumnsRenamed({"instance": "h_instance", "service": "h_service"})
-    )
+    hosted = _hosted(spark, instances)
     databases = local_frame(
         spark,
         [
@@ -390,257 +482,286 @@ def build_snapshot(
     )
     if cache:
         named, scopes, hosted, databases, settings = (
-            f.persist() for f in (named, scopes, hosted, databases, settings)
+            _collected(f) for f in (named, scopes, hosted, databases, settings)
         )
-        for frame in (named, scopes, hosted, databases, settings):
-            frame.count()
-    if has_bcn is None or may_loop_back is None:
-        own = F.col("i_address")
-        flags = (
-            routes.join(F.broadcast(settings), routes["instance"] == settings["i_instance"], "left")
-            .agg(
-                F.max(is_bcn).alias("bcn"),
-                F.max(
-                    (upper == "TRANSPORT")
-                    | (normalize_address_sql(F.col("address")) == own)
-                    | (normalize_address_sql(F.col("mirror_address")) == own)
-                ).alias("loop"),
-            )
-            .first()
-        )
-        has_bcn = bool(flags and flags["bcn"]) if has_bcn is None else has_bcn
-        may_loop_back = bool(flags and flags["loop"]) if may_loop_back is None else may_loop_back
     return Snapshot(
         named=named,
         scopes=scopes,
         hosted=hosted,
         databases=databases,
         instances=settings,
-        has_bcn=has_bcn,
-        may_loop_back=may_loop_back,
+        flags=flags,
         version=version,
+        at=now,
     )
 
 
-def _pick(arr: Column) -> Column:
-    """C5: the deterministic pick, element crc32(conversation_id) mod size (null when empty)."""
-    n = F.size(arr)
-    index = F.pmod(F.crc32(F.col("conversation_id").cast("binary")), F.greatest(n, F.lit(1)).cast("long"))
-    return F.when(n > 0, F.get(arr, index.cast("int")))
+def _with_tiers(grouped: DataFrame) -> DataFrame:
+    """Add `_tiers` (TIERS_TYPE) for the route elements in `_routes`: C0 dedupe, identity order, tiers."""
+    ordered = F.col("_ordered")
+    frame = grouped.withColumn("_ordered", F.array_sort("_routes"))
+    frame = frame.withColumn(
+        "_unique",
+        F.filter(ordered, lambda r, i: (i == 0) | (F.get(ordered, i - 1)["identity"] != r["identity"])),
+    )
+    unique = F.col("_unique")
+
+    def tier(t: int) -> Column:
+        return F.filter(unique, lambda r: r["tier"] == t)
+
+    candidates = [
+        F.transform(
+            tier(t), lambda r: F.struct(*[r[f.name].alias(f.name) for f in CANDIDATE_TYPE.fields])
+        ).alias(f"c{t}")
+        for t in TIERS
+    ]
+    identities = [F.transform(tier(t), lambda r: r["identity"]).alias(f"i{t}") for t in TIERS]
+    return frame.withColumn("_tiers", F.struct(*candidates, *identities)).drop("_ordered", "_unique")
 
 
-def _identity_key(r: Column) -> Column:
-    return F.struct(
-        F.coalesce(r["bid"], F.lit("")),
-        F.coalesce(r["service"], F.lit("")),
-        r["address"],
-        F.coalesce(r["name"], F.lit("")),
+def _hosted(spark: SparkSession, instances: Mapping[str, Instance]) -> DataFrame:
+    """Per (instance, service): the broker-enabled databases hosting it, in catalog order (L3, L4).
+
+    A broker instance names at most one of them (the first in catalog order: the loaders refuse a
+    second, L4), so that L2 finds one database or none.
+    """
+    rows = []
+    for key, instance in instances.items():
+        seen: set[tuple[str, str]] = set()
+        for order, database in enumerate(d for d in instance.databases if d.broker_enabled):
+            for service in dict.fromkeys(database.services):
+                first_with_bid = (service, database.broker_instance) not in seen
+                seen.add((service, database.broker_instance))
+                rows.append((key, service, order, database.name, database.broker_instance, first_with_bid))
+    raw = local_frame(
+        spark, rows, "instance string, service string, ord int, name string, bid string, first boolean"
+    )
+    return (
+        raw.groupBy("instance", "service")
+        .agg(
+            F.transform(F.array_sort(F.collect_list(F.struct("ord", "name"))), lambda h: h["name"]).alias(
+                "h_names"
+            ),
+            F.map_from_entries(F.collect_list(F.when(F.col("first"), F.struct("bid", "name")))).alias(
+                "h_by_bid"
+            ),
+        )
+        .withColumnsRenamed({"instance": "h_instance", "service": "h_service"})
     )
 
 
-def _by_identity(routes: Column) -> Column:
-    """Routes in C0 identity order, sorted once per snapshot: the filters of each message keep it."""
-    return F.array_sort(
-        routes,
-        lambda a, b: (
-            F.when(_identity_key(a) < _identity_key(b), -1)
-            .when(_identity_key(a) > _identity_key(b), 1)
-            .otherwise(0)
-        ),
-    )
+# --- the message side ----------------------------------------------------------------------------
 
 
-def _active(routes: Column, now: Column) -> Column:
-    """R6: expired routes are ignored by every matching run (but stay in the table)."""
-    return F.filter(routes, lambda r: r["expires_at"].isNull() | (r["expires_at"] > now))
-
-
-def _lookup(m: DataFrame, t: Snapshot, ctx: BatchContext, scope: Column, prefix: str) -> DataFrame:
-    """Fetch, by broadcast hash join, the active candidate arrays of `scope` for each message."""
-    now = F.lit(ctx.now.replace(tzinfo=None)).cast("timestamp")
+def _lookup(m: DataFrame, t: Snapshot, ctx: BatchContext, scope: Column, p: str) -> DataFrame:
+    """Fetch, by broadcast hash join, what the snapshot holds for the message's key in `scope`."""
     named = t.named.select(
-        F.col("n_instance").alias(f"{prefix}ni"),
-        F.col("n_scope").alias(f"{prefix}ns"),
-        F.col("n_service").alias(f"{prefix}nsv"),
-        _active(F.col("n_routes"), now).alias(f"{prefix}named"),
+        F.col("n_instance").alias(f"{p}ni"),
+        F.col("n_scope").alias(f"{p}ns"),
+        F.col("n_service").alias(f"{p}nsv"),
+        F.col("n_m2").alias(f"{p}m2"),
+        F.col("n_by_bid").alias(f"{p}by_bid"),
+        F.col("n_bids").alias(f"{p}bids"),
     )
     scopes = t.scopes.select(
-        F.col("s_instance").alias(f"{prefix}si"),
-        F.col("s_scope").alias(f"{prefix}ss"),
-        _active(F.col("s_wild"), now).alias(f"{prefix}wild"),
-        F.exists(F.col("s_bcn"), lambda b: b["e"].isNull() | (b["e"] > now)).alias(f"{prefix}bcn"),
+        F.col("s_instance").alias(f"{p}si"),
+        F.col("s_scope").alias(f"{p}ss"),
+        F.col("s_wild").alias(f"{p}wild"),
+        F.col("s_bcn").alias(f"{p}bcn"),
     )
-    m = m.withColumn(f"{prefix}scope", scope)
+    m = m.withColumn(f"{p}scope", scope)
     m = m.join(
         F.broadcast(named),
-        (m["instance"] == named[f"{prefix}ni"])
-        & (m[f"{prefix}scope"] == named[f"{prefix}ns"])
-        & (m["service"] == named[f"{prefix}nsv"]),
+        (m["instance"] == named[f"{p}ni"])
+        & (m[f"{p}scope"] == named[f"{p}ns"])
+        & (m["service"] == named[f"{p}nsv"]),
         "left",
     ).join(
         F.broadcast(scopes),
-        (m["instance"] == scopes[f"{prefix}si"]) & (m[f"{prefix}scope"] == scopes[f"{prefix}ss"]),
+        (m["instance"] == scopes[f"{p}si"]) & (m[f"{p}scope"] == scopes[f"{p}ss"]),
         "left",
     )
     if ctx.has_pending:
         pend = ctx.pending.select(
-            F.col("p_instance").alias(f"{prefix}pi"),
-            F.col("p_scope").alias(f"{prefix}ps"),
-            F.col("p_service").alias(f"{prefix}psv"),
-            F.lit(True).alias(f"{prefix}pending"),
+            F.col("p_instance").alias(f"{p}pi"),
+            F.col("p_scope").alias(f"{p}ps"),
+            F.col("p_service").alias(f"{p}psv"),
+            F.lit(True).alias(f"{p}pending"),
         )
         m = m.join(
             F.broadcast(pend),
-            (m["instance"] == pend[f"{prefix}pi"])
-            & (m[f"{prefix}scope"] == pend[f"{prefix}ps"])
-            & (m["service"] == pend[f"{prefix}psv"]),
+            (m["instance"] == pend[f"{p}pi"])
+            & (m[f"{p}scope"] == pend[f"{p}ps"])
+            & (m["service"] == pend[f"{p}psv"]),
             "left",
-        ).drop(f"{prefix}pi", f"{prefix}ps", f"{prefix}psv")
+        ).drop(f"{p}pi", f"{p}ps", f"{p}psv")
     else:
-        m = m.withColumn(f"{prefix}pending", F.lit(None).cast("boolean"))
-    return m.drop(f"{prefix}ni", f"{prefix}ns", f"{prefix}nsv", f"{prefix}si", f"{prefix}ss")
+        m = m.withColumn(f"{p}pending", F.lit(None).cast("boolean"))
+    return m.drop(f"{p}ni", f"{p}ns", f"{p}nsv", f"{p}si", f"{p}ss")
 
 
 Stages = list[tuple[str, Column]]
 
 
-def _remembered(keep: Column, field: str) -> Column:
-    """K2: a remembered identity field, for rows of a pass that keeps the conversation's choice."""
-    return F.when(keep, F.col(f"_k_{field}"))
+def _pick(size: Column) -> Column:
+    """C5: the deterministic pick, 0-based index crc32(conversation_id) mod size (0 when size is 0)."""
+    n = F.greatest(size, F.lit(1)).cast("long")
+    return F.pmod(F.crc32(F.col("conversation_id").cast("binary")), n).cast("int")
 
 
-def _same_as_remembered(r: Column, keep: Column) -> Column:
-    return (
-        (F.coalesce(r["bid"], F.lit("")) == _remembered(keep, "bid"))
-        & (F.coalesce(r["service"], F.lit("")) == _remembered(keep, "service"))
-        & (r["address"] == _remembered(keep, "address"))
-    )
+def _count(array: Column) -> Column:
+    return F.coalesce(F.size(array), F.lit(0))
+
+
+def _named_match(p: str) -> Stages:
+    """Which of M1-M3 the message's key holds: routes naming the service (and its broker instance)."""
+    bid = F.col("bid")
+    return [
+        (f"{p}m1", F.when(bid.isNotNull(), F.try_element_at(F.col(f"{p}by_bid"), bid))),
+        (f"{p}has_m3", bid.isNull() & (_count(F.col(f"{p}bids")) > 0)),
+        (
+            f"{p}named_match",
+            F.col(f"{p}m1").isNotNull() | F.col(f"{p}m2").isNotNull() | F.col(f"{p}has_m3"),
+        ),
+    ]
 
 
 def _match(p: str, keep: Column) -> Stages:
-    """M1–M7 on one row: the first step with a route wins (§1.4).
+    """M1-M7 on one row: the first step with a route wins (§1.4); its candidates' tiers.
 
     M1 routes name the service and the message's broker instance; M2 name the service and no broker
     instance; M3 (message without broker instance) name the service and some broker instance, of
-    which one is picked (C5) and only its routes kept; M4 asks the dynamic routing service when it
-    has a route and no request is pending (the first such message of a batch only, B4); M5 takes
-    routes naming neither service nor broker instance; M6 a virtual LOCAL route when a broker
-    instance is given and a database of the instance hosts the service; M7 nothing.
-    Where `keep` holds, M3 keeps the broker instance of the conversation's remembered choice (K2).
+    which one is picked (C5: the conversation's kept one, K2, while it is among them) and only its
+    routes kept; M4 asks the dynamic routing service (`{p}m4`, see `decide`); M5 takes routes naming
+    neither service nor broker instance; M6 a virtual LOCAL route when a broker instance is given
+    and a database of the instance hosts the service; M7 nothing.
     """
-    named = F.coalesce(F.col(f"{p}named"), F.array())
-    m3_bids = F.array_sort(F.array_distinct(F.transform(F.col(f"{p}m3"), lambda r: r["bid"])))
-    remembered_bid = _remembered(keep, "bid")
     bid = F.col("bid")
-    size = lambda name: F.size(F.col(f"{p}{name}"))  # noqa: E731
-    m6 = F.when(
-        bid.isNotNull() & F.coalesce(F.col("h_any"), F.lit(False)),
+    bids = F.col(f"{p}bids")
+    kept_bid = F.when(keep, F.col("_k_bid"))
+    m6 = F.struct(
+        *[F.array().cast(ArrayType(CANDIDATE_TYPE)).alias(f"c{t}") for t in (TIER_MIRROR,)],
         F.array(
             F.struct(
                 F.lit(None).cast("string").alias("name"),
                 F.lit(None).cast("string").alias("bid"),
                 F.col("service").alias("service"),
                 F.lit("LOCAL").alias("address"),
-                F.lit(TIER_LOCAL).alias("tier"),
                 F.lit(None).cast("string").alias("target"),
-                F.lit(None).cast("timestamp").alias("expires_at"),
             )
-        ),
+        ).alias(f"c{TIER_LOCAL}"),
+        *[F.array().cast(ArrayType(CANDIDATE_TYPE)).alias(f"c{t}") for t in (TIER_NETWORK, TIER_TRANSPORT)],
+        F.array().cast(ArrayType(IDENTITY_TYPE)).alias(f"i{TIER_MIRROR}"),
+        F.array(
+            F.struct(
+                F.lit("").alias("bid"), F.col("service").alias("service"), F.lit("LOCAL").alias("address")
+            )
+        ).alias(f"i{TIER_LOCAL}"),
+        *[F.array().cast(ArrayType(IDENTITY_TYPE)).alias(f"i{t}") for t in (TIER_NETWORK, TIER_TRANSPORT)],
     )
     step = (
-        F.when(size("m1") > 0, 1)
-        .when(size("m2") > 0, 2)
-        .when(size("m3") > 0, 3)
+        F.when(F.col(f"{p}m1").isNotNull(), 1)
+        .when(F.col(f"{p}m2").isNotNull(), 2)
+        .when(F.col(f"{p}has_m3"), 3)
         .when(F.col(f"{p}m4"), 4)
-        .when(size("wild") > 0, 5)
-        .when(F.col(f"{p}m6").isNotNull(), 6)
+        .when(F.col(f"{p}wild").isNotNull(), 5)
+        .when(bid.isNotNull() & (_count(F.col("h_names")) > 0), 6)
         .otherwise(7)
     )
     step_col = F.col(f"{p}step")
-    cands = (
-        F.when(step_col == 1, F.col(f"{p}m1"))
-        .when(step_col == 2, F.col(f"{p}m2"))
-        .when(step_col == 3, F.col(f"{p}m3"))
-        .when(step_col == 5, F.col(f"{p}wild"))
-        .when(step_col == 6, F.col(f"{p}m6"))
-    )
+    m3_bid = F.col(f"{p}m3_bid")
     return [
-        (f"{p}m1", F.filter(named, lambda r: bid.isNotNull() & (r["bid"] == bid))),
-        (f"{p}m2", F.filter(named, lambda r: r["bid"].isNull())),
-        (f"{p}m3", F.filter(named, lambda r: bid.isNull() & r["bid"].isNotNull())),
+        (f"{p}step", step),
         (
             f"{p}m3_bid",
-            F.when(F.array_contains(m3_bids, remembered_bid), remembered_bid).otherwise(_pick(m3_bids)),
-        ),
-        (f"{p}m3", F.filter(F.col(f"{p}m3"), lambda r: r["bid"] == F.col(f"{p}m3_bid"))),
-        (f"{p}m6", m6),
-        (f"{p}step", step),
-        (f"{p}cands", cands),
-    ]
-
-
-def _choose(p: str, keep: Column) -> Stages:
-    """C0–C5 with L1–L5 and T1–T4 on one row: the chosen candidate and where it leads.
-
-    C0 keeps one route per (broker instance, service, address); tiers C1 mirror, C2 LOCAL (only
-    when L1–L5 locate the service), C3 network address, C4 TRANSPORT (only when T1 finds an address
-    in the service name); C5 picks one in the best non-empty tier: where `keep` holds, the
-    conversation's remembered route while it is in that tier (K2), else the deterministic pick.
-    """
-    ordered = F.col(f"{p}ordered")
-
-    def same_identity(a: Column, b: Column) -> Column:
-        return (
-            a["bid"].eqNullSafe(b["bid"])
-            & a["service"].eqNullSafe(b["service"])
-            & (a["address"] == b["address"])
-        )
-
-    hosts = F.coalesce(F.col("h_dbs"), F.array())
-    transport = F.nullif(F.regexp_extract(F.col("service"), _TRANSPORT_PREFIX, 1), F.lit(""))
-
-    def located(r: Column) -> Column:
-        effective = F.coalesce(F.col("bid"), r["bid"])
-        fits = F.filter(hosts, lambda h: effective.isNull() | (h["bid"] == effective))
-        own = F.filter(fits, lambda h: h["name"] == F.col("origin"))
-        return F.coalesce(F.get(own, 0)["name"], F.get(fits, 0)["name"])
-
-    usable = F.col(f"{p}usable")
-    return [
-        # The candidate arrays are in identity order already (`_by_identity`), so C0 compares neighbours.
-        (f"{p}ordered", F.coalesce(F.col(f"{p}cands"), F.array())),
-        (f"{p}deduped", F.filter(ordered, lambda r, i: (i == 0) | ~same_identity(F.get(ordered, i - 1), r))),
-        (
-            f"{p}usable",
-            F.filter(
-                F.transform(
-                    F.col(f"{p}deduped"),
-                    lambda r: F.struct(
-                        r["name"].alias("name"),
-                        r["tier"].alias("tier"),
-                        r["address"].alias("address"),
-                        r["bid"].alias("bid"),
-                        r["service"].alias("service"),
-                        F.when(r["tier"] == TIER_LOCAL, located(r)).alias("db"),
-                        F.when(r["tier"] == TIER_TRANSPORT, transport).otherwise(r["target"]).alias("target"),
-                    ),
-                ),
-                lambda r: (
-                    r["tier"].isin(TIER_MIRROR, TIER_NETWORK)
-                    | ((r["tier"] == TIER_LOCAL) & r["db"].isNotNull())
-                    | ((r["tier"] == TIER_TRANSPORT) & r["target"].isNotNull())
+            F.when(
+                step_col == 3,
+                F.when(F.array_contains(bids, kept_bid), kept_bid).otherwise(
+                    F.get(bids, _pick(F.size(bids)))
                 ),
             ),
         ),
-        (f"{p}best", F.array_min(F.transform(usable, lambda r: r["tier"]))),
-        # No usable candidate: `service_not_found` when a LOCAL route could not locate the service.
-        (f"{p}has_local", F.exists(F.col(f"{p}deduped"), lambda r: r["tier"] == TIER_LOCAL)),
-        (f"{p}best_tier", F.filter(usable, lambda r: r["tier"] == F.col(f"{p}best"))),
+        (
+            f"{p}tiers",
+            F.when(step_col == 1, F.col(f"{p}m1"))
+            .when(step_col == 2, F.col(f"{p}m2"))
+            .when(step_col == 3, F.try_element_at(F.col(f"{p}by_bid"), m3_bid))
+            .when(step_col == 5, F.col(f"{p}wild"))
+            .when(step_col == 6, m6),
+        ),
+        # L2: the broker instance §1.6 locates with: the message's, else M3's (every route of M1 and
+        # M3 names it; M2, M5 and M6 routes name none).
+        (f"{p}locate_bid", F.when(step_col == 3, m3_bid).otherwise(bid)),
+    ]
+
+
+def _choose(p: str, keep: Column, remote: Column) -> Stages:
+    """C1-C5 with L1-L5 and T1-T4 on one row: the tier that chooses, and the route it picks.
+
+    The tiers are tried in order, an empty one skipped: C1 mirror routes; C2 LOCAL routes, when
+    §1.6 locates the service (the broker instance of L2, else L3's origin database first, then
+    catalog order; a message from outside has no origin database); C3 network routes; C4 TRANSPORT
+    routes, when the service name begins with an address (T1). C5 picks one route of that tier:
+    where `keep` holds, the conversation's kept route while it is in the tier (K2), else the
+    deterministic pick.
+    """
+    tiers = F.col(f"{p}tiers")
+    locate_bid = F.col(f"{p}locate_bid")
+    origin = F.when(remote, F.lit(None).cast("string")).otherwise(F.col("origin"))
+    hosts = F.col("h_names")
+    located = F.when(
+        locate_bid.isNull(), F.when(F.array_contains(hosts, origin), origin).otherwise(F.get(hosts, 0))
+    ).otherwise(F.try_element_at(F.col("h_by_bid"), locate_bid))
+    transport = F.nullif(F.regexp_extract(F.col("service"), _TRANSPORT_PREFIX, 1), F.lit(""))
+    size = {t: _count(tiers[f"c{t}"]) for t in TIERS}
+    best = F.col(f"{p}best")
+    candidates = F.col(f"{p}candidates")
+
+    def of_best(field: str) -> Column:
+        chosen: Column = F.when(best == TIER_MIRROR, tiers[f"{field}{TIER_MIRROR}"])
+        for t in TIERS[1:]:
+            chosen = chosen.when(best == t, tiers[f"{field}{t}"])
+        return chosen
+
+    kept = F.struct(
+        F.col("_k_bid").alias("bid"),
+        F.col("_k_service").alias("service"),
+        F.col("_k_address").alias("address"),
+    )
+    kept_at = F.when(
+        keep & F.col("_k_address").isNotNull(), F.array_position(F.col(f"{p}identities"), kept)
+    ).otherwise(F.lit(0))
+    index = F.when(kept_at > 0, (kept_at - 1).cast("int")).otherwise(_pick(F.size(candidates)))
+    route = F.get(candidates, index)
+    return [
+        (f"{p}located", located),
+        (f"{p}transport", transport),
+        (
+            f"{p}best",
+            F.when(size[TIER_MIRROR] > 0, TIER_MIRROR)
+            .when((size[TIER_LOCAL] > 0) & F.col(f"{p}located").isNotNull(), TIER_LOCAL)
+            .when(size[TIER_NETWORK] > 0, TIER_NETWORK)
+            .when((size[TIER_TRANSPORT] > 0) & F.col(f"{p}transport").isNotNull(), TIER_TRANSPORT),
+        ),
+        # No usable tier: `service_not_found` when a LOCAL route could not locate the service.
+        (f"{p}has_local", size[TIER_LOCAL] > 0),
+        (f"{p}candidates", of_best("c")),
+        (f"{p}identities", of_best("i")),
         (
             f"{p}chosen",
-            F.coalesce(
-                F.get(F.filter(F.col(f"{p}best_tier"), lambda r: _same_as_remembered(r, keep)), 0),
-                _pick(F.col(f"{p}best_tier")),
+            F.when(
+                best.isNotNull(),
+                F.struct(
+                    route["name"].alias("name"),
+                    route["bid"].alias("bid"),
+                    route["service"].alias("service"),
+                    route["address"].alias("address"),
+                    best.alias("tier"),
+                    F.when(best == TIER_TRANSPORT, F.col(f"{p}transport"))
+                    .otherwise(route["target"])
+                    .alias("target"),
+                    F.when(best == TIER_LOCAL, F.col(f"{p}located")).alias("db"),
+                ),
             ),
         ),
     ]
@@ -721,13 +842,14 @@ def _routing_pass(
     p: str,
     scope: Column,
     remote: Column,
-    m4_first: Callable[[DataFrame], DataFrame],
+    m4: Callable[[DataFrame], DataFrame],
     keep: Column,
 ) -> DataFrame:
     m = _lookup(m, t, ctx, scope, p)
-    m = m4_first(m)
+    m = _apply(m, _named_match(p))
+    m = m4(m)
     m = _apply(m, _match(p, keep))
-    m = _apply(m, _choose(p, keep))
+    m = _apply(m, _choose(p, keep, remote))
     return _apply(m, _fate(p, remote))
 
 
@@ -741,20 +863,38 @@ def decide(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFrame:
 
     As if one at a time: a message that waits behind an earlier one never reaches M4, so it cannot
     be the one that asks. When a route to the dynamic routing service exists, the batch is decided
-    once to find those messages, then again with them left out of the B4 ranking.
+    once to find those messages, then again with them left out of the B4 ranking: both in the same
+    plan, the first decision's D1 window feeding the second.
+
+    The in-batch rules are window functions here, which shuffle the batch. Without a route to the
+    dynamic routing service only D1 needs the batch order, and a caller whose rows of each
+    conversation come together in batch order can use `decide_each` and mark D1 in one pass
+    instead (`router.state.InBatchOrder`, then `apply_behind`).
     """
+    columns = list(messages.columns)
     decided = _decide_rows(messages.withColumn("_behind_first", F.lit(False)), t, ctx)
     if t.has_bcn:
-        first_pass = _delay_behind(decided.localCheckpoint(eager=True), keep_flag=True)
-        behind = first_pass.where(F.col("_behind")).select(
-            F.col("pos").alias("_bp"), F.lit(True).alias("_bf")
+        first_pass = apply_behind(_mark_behind(decided))
+        decided = _decide_rows(first_pass.select(*columns, F.col(BEHIND).alias("_behind_first")), t, ctx)
+    return apply_behind(_mark_behind(decided)).drop("_behind_first", BEHIND)
+
+
+def decide_each(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFrame:
+    """Decide every message on its own: `decide` without the in-batch order rule D1.
+
+    Only for a snapshot without a route to the dynamic routing service (B4's in-batch ranking
+    needs `decide`). The caller marks the rows behind a delayed one in `BEHIND` and applies
+    `apply_behind`.
+    """
+    if t.has_bcn:
+        raise ValueError(
+            "decide_each: a route to the dynamic routing service needs decide() (B4 in batch order)"
         )
-        marked = messages.join(F.broadcast(behind), messages["pos"] == behind["_bp"], "left")
-        marked = marked.withColumn("_behind_first", F.coalesce(F.col("_bf"), F.lit(False))).drop("_bp", "_bf")
-        decided = _decide_rows(marked, t, ctx)
-    # The decisions are materialized once, so that the in-batch order step below reads them
-    # instead of re-deriving (and letting the optimizer inline) every rule expression.
-    return _delay_behind(decided.localCheckpoint(eager=True)).drop("_behind_first")
+    return _decide_rows(messages.withColumn("_behind_first", F.lit(False)), t, ctx).drop("_behind_first")
+
+
+BEHIND = "_behind"
+"""D1: the message is behind a delayed message of its conversation in the batch."""
 
 
 def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFrame:
@@ -807,13 +947,8 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
         def apply(frame: DataFrame) -> DataFrame:
             if not t.has_bcn:
                 return frame.withColumn(f"{p}m4", F.lit(False))
-            bid = F.col("bid")
-            named_match = F.exists(
-                F.coalesce(F.col(f"{p}named"), F.array()),
-                lambda r: r["bid"].isNull() | bid.isNull() | (r["bid"] == bid),
-            )
             applicable = (
-                ~named_match
+                ~F.col(f"{p}named_match")
                 & F.coalesce(F.col(f"{p}bcn"), F.lit(False))
                 & ~F.coalesce(F.col(f"{p}pending"), F.lit(False))
                 & ~F.col("_waiting")
@@ -822,22 +957,9 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
                 & among
             )
             frame = frame.withColumn(f"{p}m4_applicable", applicable)
-            first = (
-                frame.where(F.col(f"{p}m4_applicable"))
-                .groupBy("instance", f"{p}scope", "service")
-                .agg(F.min("pos").alias(f"{p}m4_pos"))
-                .withColumnsRenamed({"instance": f"{p}fi", f"{p}scope": f"{p}fs", "service": f"{p}fsv"})
-            )
-            frame = frame.join(
-                F.broadcast(first),
-                (frame["instance"] == first[f"{p}fi"])
-                & (frame[f"{p}scope"] == first[f"{p}fs"])
-                & (frame["service"] == first[f"{p}fsv"]),
-                "left",
-            )
-            return frame.withColumn(
-                f"{p}m4", F.coalesce(F.col("pos") == F.col(f"{p}m4_pos"), F.lit(False))
-            ).drop(f"{p}fi", f"{p}fs", f"{p}fsv", f"{p}m4_pos")
+            ranking = Window.partitionBy("instance", f"{p}scope", "service")
+            first = F.min(F.when(F.col(f"{p}m4_applicable"), F.col("pos"))).over(ranking)
+            return frame.withColumn(f"{p}m4", F.col(f"{p}m4_applicable") & (F.col("pos") == first))
 
         return apply
 
@@ -860,10 +982,6 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
     in_msdb_table = (incoming | from_msdb) if t.has_bcn else incoming
     if t.may_loop_back:
         m = m.withColumn("_loop", ~remote & sends_here("a_"))
-        if t.has_bcn:
-            # The B4 ranking below filters on `_loop`: stored first, the optimizer cannot inline
-            # the first pass's expressions into that filter (a plan that grows beyond memory).
-            m = m.localCheckpoint(eager=True)
         m = _routing_pass(
             m, t, ctx, "b_", F.lit(MSDB), incoming, m4_first("b_", in_msdb_table), ~F.col("_loop")
         )
@@ -875,7 +993,7 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
     third = t.may_loop_back and t.has_bcn
     if third:
         loops_again = from_msdb & ~F.col("_loop") & sends_here("b_")
-        m = m.withColumn("_loop_again", loops_again).localCheckpoint(eager=True)
+        m = m.withColumn("_loop_again", loops_again)
         m = _routing_pass(
             m, t, ctx, "c_", F.lit(MSDB), F.lit(True), m4_first("c_", in_msdb_table), F.lit(False)
         )
@@ -932,23 +1050,20 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
     return decided
 
 
-def _delay_behind(decided: DataFrame, keep_flag: bool = False) -> DataFrame:
-    """D1: once a message of a conversation is delayed, the later ones of the batch wait behind it."""
-    first_delay = (
-        decided.where((F.col("outcome") == "delayed") & (F.col("origin") != F.lit(REMOTE)))
-        .groupBy("instance", "conversation_id")
-        .agg(F.min("pos").alias("_first_delay"))
-        .withColumnsRenamed({"instance": "_fd_instance", "conversation_id": "_fd_conv"})
-    )
-    # Broadcast: one row per conversation delayed in this batch, joined without shuffling the batch.
-    out = decided.join(
-        F.broadcast(first_delay),
-        (decided["instance"] == first_delay["_fd_instance"])
-        & (decided["conversation_id"] == first_delay["_fd_conv"]),
-        "left",
-    )
+def _mark_behind(decided: DataFrame) -> DataFrame:
+    """D1 by window: `BEHIND` where an earlier local message of the conversation is delayed."""
     local = F.col("origin") != F.lit(REMOTE)
-    behind = local & F.coalesce(F.col("pos") > F.col("_first_delay"), F.lit(False))
+    earlier = (
+        Window.partitionBy("instance", "conversation_id")
+        .orderBy("pos")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    delayed_before = F.max(local & (F.col("outcome") == "delayed")).over(earlier)
+    return decided.withColumn(BEHIND, local & F.coalesce(delayed_before, F.lit(False)))
+
+
+def apply_behind(decided: DataFrame) -> DataFrame:
+    """D1, B7: a message marked `BEHIND` is delayed behind its conversation, unmatched (reason no_route)."""
     replace = {
         "outcome": F.lit("delayed"),
         "reason": F.lit("no_route"),
@@ -962,7 +1077,5 @@ def _delay_behind(decided: DataFrame, keep_flag: bool = False) -> DataFrame:
         **{c: F.lit(None).cast("string") for c in CHOICE_IDENTITY_COLUMNS},
         "k_change": F.lit(None).cast("string"),
     }
-    out = out.withColumn("_behind", behind)
-    out = out.withColumns({c: F.when(F.col("_behind"), v).otherwise(F.col(c)) for c, v in replace.items()})
-    out = out.drop("_fd_instance", "_fd_conv", "_first_delay")
-    return out if keep_flag else out.drop("_behind")
+    behind = F.col(BEHIND)
+    return decided.withColumns({c: F.when(behind, v).otherwise(F.col(c)) for c, v in replace.items()})

@@ -7,6 +7,7 @@ as the previous query left it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import uuid
@@ -17,20 +18,22 @@ import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from streaming.spark.state import apply_state, as_choices, as_delayed, as_messages, as_requests
+from streaming.spark.state import apply_state, as_choices, as_delayed, as_messages
 
 pytestmark = pytest.mark.integration
 
 MESSAGE_SCHEMA = (
     "topic string, instance string, conversation_id string, origin string, service string, "
-    "pos long, id string"
+    "pos long, id string, error string"
 )
 DELAYED_SCHEMA = (
     f"{MESSAGE_SCHEMA}, kept_bid string, kept_route_service string, kept_address string, timestamp timestamp"
 )
-RECORD_SCHEMA = "value string, timestamp timestamp"
+RECORD_SCHEMA = "value string, timestamp timestamp, offset long"
 NOW = datetime.now(timezone.utc)
-SOURCES = ("messages", "choices", "delayed", "requests")
+SOURCES = ("messages", "choices", "delayed")
+_OFFSETS = itertools.count()
+"""The choices topic's offsets: each choice record is later than the one before."""
 
 
 class Keeper:
@@ -52,10 +55,9 @@ class Keeper:
         messages: list[dict[str, object]],
         choices: list[dict[str, str]] | None = None,
         delayed: list[dict[str, object]] | None = None,
-        requests: list[dict[str, str]] | None = None,
     ) -> list[Row]:
         """Add the rows as new files, run the query over them, return the rows it emitted."""
-        given = dict(zip(SOURCES, (messages, choices or [], delayed or [], requests or []), strict=True))
+        given = dict(zip(SOURCES, (messages, choices or [], delayed or []), strict=True))
         for name, rows in given.items():
             if rows:
                 (self.folder / name / f"{uuid.uuid4().hex}.json").write_text(
@@ -67,9 +69,6 @@ class Keeper:
         rows = rows.unionByName(as_delayed(read.schema(DELAYED_SCHEMA).json(str(self.folder / "delayed"))))
         rows = rows.unionByName(
             as_choices(read.schema(RECORD_SCHEMA).json(str(self.folder / "choices")), stream)
-        )
-        rows = rows.unionByName(
-            as_requests(read.schema(RECORD_SCHEMA).json(str(self.folder / "requests")), stream)
         )
         out: list[Row] = []
 
@@ -104,6 +103,7 @@ def message(
         "service": service,
         "pos": n if pos is None else pos,
         "id": f"{conversation}:{n}",
+        "error": None,
     }
 
 
@@ -117,7 +117,7 @@ def choice(address: str, conversation: str = "c1", service: str = "S", at: datet
         "route_service": service,
         "address": address,
     }
-    return {"value": json.dumps(value), "timestamp": at.isoformat()}
+    return {"value": json.dumps(value), "timestamp": at.isoformat(), "offset": next(_OFFSETS)}
 
 
 def kept(rows: list[Row]) -> dict[str, str | None]:
@@ -142,9 +142,10 @@ def test_a_choice_read_back_is_kept_across_batches_and_restarts(keeper: Keeper) 
     # Only messages leave the processor, with the input's columns and the state's.
     assert set(got[0].asDict()) == {
         "topic", "instance", "conversation_id", "origin", "service", "pos", "id",
-        "kept_bid", "kept_route_service", "kept_address", "waiting", "pending_requests",
+        "error", "kept_bid", "kept_route_service", "kept_address", "waiting", "first_of_entry",
+        "batch_ms",
     }  # fmt: skip
-    assert got[0]["waiting"] is False and got[0]["pending_requests"] is None
+    assert got[0]["waiting"] is False and got[0]["first_of_entry"] is True
 
 
 def test_a_newer_choice_replaces_the_kept_one(keeper: Keeper) -> None:
@@ -238,31 +239,3 @@ def test_a_due_conversation_leaves_at_a_batch_without_its_messages(
         time.sleep(0.1)
     got = keeper.step([message(0, conversation="unrelated")])
     assert sorted(r["id"] for r in got) == ["c2:0", "unrelated:0"]
-
-
-def request(scope: str, service: str, asked: bool, at: datetime = NOW) -> dict[str, str]:
-    value = {"instance": "i1", "scope": scope, "service": service, "asked": asked}
-    return {"value": json.dumps(value), "timestamp": at.isoformat()}
-
-
-def pending(rows: list[Row]) -> list[set[tuple[str, str]]]:
-    return [{(p["scope"], p["service"]) for p in r["pending_requests"]} for r in rows if r["topic"] is None]
-
-
-def test_outstanding_requests_are_told_to_every_batch_until_they_end(keeper: Keeper) -> None:
-    """B4: the requests sent stay outstanding, across restarts, until a record says they ended."""
-    later = NOW + timedelta(seconds=1)
-    got = keeper.step([], requests=[request("AW", "X", True), request("msdb", "Y", True)])
-    assert pending(got) == [{("AW", "X"), ("msdb", "Y")}]
-    assert got[0]["instance"] == "i1"
-    # The next batch, whatever it holds, is told them again (a timeout of the instance's row).
-    got = keeper.step([message(0)])
-    assert pending(got) == [{("AW", "X"), ("msdb", "Y")}]
-    assert [r["id"] for r in got if r["topic"]] == ["c1:0"]
-    # One ends; an older record read late does not bring it back.
-    got = keeper.step([], requests=[request("AW", "X", False, at=later), request("AW", "X", True, at=NOW)])
-    assert pending(got) == [{("msdb", "Y")}]
-    # The last ends: a last status row says none is outstanding, then nothing more is said.
-    assert pending(keeper.step([], requests=[request("msdb", "Y", False, at=later)])) == [set()]
-    assert pending(keeper.step([message(1)])) == []
-    assert keeper.state().count() == 0

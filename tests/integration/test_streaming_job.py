@@ -27,7 +27,8 @@ pytestmark = pytest.mark.integration
 ODD = "//Audit/ünï code.v2_x"  # a service name that every part of the topic scheme escapes
 AW = Database("AW", "0a0a0a0a-0000-0000-0000-000000000001", True, ("InitiatorService", "Audit", ODD))
 MSDB = Database("msdb", "0d0d0d0d-0000-0000-0000-000000000001", True, ())
-I1 = Instance("i1", "TCP://i1:4022", (AW, MSDB), retry_s=1.0)
+# retry_s: longer than a micro-batch, so that a replay ends before what it delayed is due.
+I1 = Instance("i1", "TCP://i1:4022", (AW, MSDB), retry_s=5.0)
 I2 = Instance(
     "i2",
     "TCP://i2:4022",
@@ -168,14 +169,16 @@ def test_malformed_records_are_dead_lettered_and_the_query_goes_on(spark, kafka_
             ("c1", message("c1", "Audit")),
             ("bad2", message("bad2", "Audit", origin="NoSuchDatabase")),
             ("c2", message("c2", "Audit", n=0)),
+            ("long", message("long", "S" * 257)),  # longer than a service name can be
         ],
     )
     job = replay(spark, kafka_bootstrap, prefix, tmp_path)
-    assert job.routed == 4
+    assert (job.routed, job.totals.dead_lettered) == (2, 3)
     dead = read_all(kafka_bootstrap, topics.deadletter_topic("i1", prefix))
     errors = sorted(h["error"] for h, _ in dead)
     assert errors[0].startswith("origin_database is not a database of this instance: NoSuchDatabase")
-    assert errors[1] == "value does not decode as Avro router.v1.Message"
+    assert errors[1].startswith("to_service is longer than 256 characters")
+    assert errors[2] == "value does not decode as Avro router.v1.Message"
     assert all(h["source_topic"] == topics.outbound_topic("i1", prefix) for h, _ in dead)
     assert dead[0][1] is not None  # the original bytes are kept for redrive
     delivered = read_all(kafka_bootstrap, topics.queue_topic("i1", "AW", "Audit", prefix))
@@ -201,11 +204,10 @@ def test_a_route_created_while_messages_wait_releases_them_in_order(spark, kafka
     assert [h["outcome"] for h, _ in delayed] == ["delayed"] * 3
     # The first could not be located (M5, AutoCreatedLocal); the others wait behind it (D1).
     assert [h.get("reason") for h, _ in delayed] == ["service_not_found", "no_route", "no_route"]
-    # The replay does not read back what it delayed; the next one takes it into the state store.
-    assert job.delayed_this_run == {"c9"}
-    assert job.waiting() == []
+    # The replay reads back what it delayed: the conversation waits in the state store (D2).
+    assert len(job.waiting()) == 3
 
-    # A route appears; once the conversation is due (retry_s = 1 s) it is re-routed against the
+    # A route appears; once the conversation is due (retry_s) it is re-routed against the
     # routes of that moment, ahead of its newer message, and everything leaves in order.
     put_route(
         kafka_bootstrap,
@@ -217,7 +219,7 @@ def test_a_route_created_while_messages_wait_releases_them_in_order(spark, kafka
         time.sleep(0.1)
     produce(kafka_bootstrap, outbound, [("c9", message("c9", "Remote", 3))])
     job = replay(spark, kafka_bootstrap, prefix, tmp_path)
-    assert job.waiting() == [] and job.delayed_this_run == set()
+    assert job.waiting() == []
     sent = read_all(kafka_bootstrap, topics.inbound_topic("i2", prefix))
     assert [decode_message(v)["message_id"] for _, v in sent] == [f"c9:{n}" for n in range(4)]
     assert {h["route"] for h, _ in sent} == {"RemoteRoute"}
@@ -229,7 +231,7 @@ def test_replay_drains_delayed_messages_as_they_fall_due(spark, kafka_bootstrap,
     outbound = topics.outbound_topic("i1", prefix)
     produce(kafka_bootstrap, outbound, [("c7", message("c7", "Later", n)) for n in range(2)])
     job = replay(spark, kafka_bootstrap, prefix, tmp_path)
-    assert job.delayed_this_run == {"c7"}
+    assert len(job.waiting()) == 2
     put_route(
         kafka_bootstrap,
         Route("AW", "LaterRoute", "TCP://i2:4022", service="Later"),
@@ -303,7 +305,7 @@ def test_a_missing_route_is_asked_for_once_until_a_route_for_it_appears(
     queue in AW). Every replay is a restart, so what is outstanding comes from the state store.
     """
     aw = Database("AW", AW.broker_instance, True, (*AW.services, BROKER_CONFIGURATION_SERVICE))
-    i1 = Instance("i1", I1.address, (aw, MSDB), retry_s=1.0)
+    i1 = Instance("i1", I1.address, (aw, MSDB), retry_s=I1.retry_s)
     publish_catalogs(kafka_bootstrap, [i1, I2], topics.catalogs_topic(prefix))
     routes = topics.routes_topic(prefix)
     put_route(
@@ -322,7 +324,7 @@ def test_a_missing_route_is_asked_for_once_until_a_route_for_it_appears(
     ]
     assert len(read_all(kafka_bootstrap, outbound)) == 3  # c1, c2 and the MissingRoute request
 
-    # A restart: the request is still outstanding (state store), so c3 asks nothing (B4).
+    # A restart: the request is still outstanding (the requests topic), so c3 asks nothing (B4).
     produce(kafka_bootstrap, outbound, [("c3", message("c3", "Remote"))])
     job = replay(spark, kafka_bootstrap, prefix, tmp_path)
     assert len(read_all(kafka_bootstrap, outbound)) == 4

@@ -2,9 +2,7 @@ package router.state;
 
 import java.util.ArrayList;
 import java.util.Collections;
-import java.util.Comparator;
 import java.util.Iterator;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
@@ -23,57 +21,53 @@ import org.apache.spark.sql.types.StructType;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * The router's state inside the streaming query, kept in Spark's state store.
+ * The router's conversation memory inside the streaming query, kept in Spark's state store.
  *
- * <p>The input is one stream of four kinds of rows, told apart by {@code c_kind}:
+ * <p>A {@code flatMapGroupsWithState} step keyed by {@code c_key} (instance and conversation; a
+ * record that does not decode has a key of its own and no state). Per key it keeps a {@link
+ * ConversationMemory}, whose rules are those of {@code streaming.rules.memory}; this class only
+ * moves rows in and out of it. The input is one stream of three kinds of rows, told apart by
+ * {@code c_kind}:
  *
  * <ul>
- *   <li>{@link #MESSAGE}: a message, with its (instance, conversation_id, origin, service) and its
+ *   <li>{@link #MESSAGE}: a new message, with its entry ({@code origin}, {@code service}) and its
  *       batch order {@code pos};
- *   <li>{@link #CHOICE}: a record of the choices topic (K2): for one (instance, conversation, origin,
- *       service), the C0 identity of the route a decision kept ({@code c_bid}, {@code
- *       c_route_service}, {@code c_address}) and when it was made ({@code c_at_ms});
- *   <li>{@link #DELAYED}: a record of the delayed topic (D1, D2): a message of the conversation, with
- *       the identity its conversation kept in the {@code c_} identity columns and the time it was
- *       delayed in {@code c_at_ms};
- *   <li>{@link #REQUEST}: a record of the requests topic (B4): for (instance, scope in {@code
- *       origin}, service), whether a MissingRoute request is outstanding ({@code c_asked}) as of
- *       {@code c_at_ms}.
+ *   <li>{@link #CHOICE}: a record of the choices topic (K2): for one entry, the C0 identity a
+ *       decision kept ({@code c_bid}, {@code c_route_service}, {@code c_address}), when it was
+ *       made ({@code c_at_ms}) and the order it was recorded in ({@code pos});
+ *   <li>{@link #DELAYED}: a record of the delayed topic (D1, D2): a message of the conversation,
+ *       with the identity its entry kept in the {@code c_} identity columns and the time it was
+ *       delayed in {@code c_at_ms}.
  * </ul>
  *
- * <p>Per (instance, conversation) the state holds the conversation's kept choices, one per (origin,
- * service), and its delayed messages. Each micro-batch first applies the conversation's new choices
- * (the latest per entry wins) and takes in its new delayed records; when the first waiting message
- * is {@code retryMs} old, all waiting messages leave, in their order, ahead of the conversation's
- * new messages (a conversation, not a message, is delayed). Then the new messages leave in {@code
- * pos} order with the kept identity in {@code kept_bid}, {@code kept_route_service} and {@code
- * kept_address}, and {@code waiting} true while messages of their conversation still wait.
+ * <p>What leaves, per key and micro-batch: the held messages that fell due, in order, then the new
+ * messages in {@code pos} order, each with the kept identity ({@code kept_bid}, {@code
+ * kept_route_service}, {@code kept_address}), {@code waiting} (messages of the conversation are
+ * still held: it waits behind them) and {@code first_of_entry} (the first of its entry to leave in
+ * this batch: the one whose choice is recorded), and {@code batch_ms}, the micro-batch's time
+ * (the decision's "now": a column, not a constant, so that the batch's generated code is the same
+ * from one batch to the next and compiled once).
  *
- * <p>Per instance one more state row holds the outstanding MissingRoute requests; it emits a
- * status row ({@code pending_requests} set, every message column null) at every micro-batch while
- * a request is outstanding, and once more when the last one ended.
- *
- * <p>A choice is kept {@code keepMs} after it was made. Timeouts are in processing time: they fire
- * at the next micro-batch that runs after they are due (the router's tick makes one every second).
- * The query must run with {@code spark.sql.streaming.noDataMicroBatches.enabled=false}, or Spark
- * would run a batch without data after every batch and a Trigger.AvailableNow query would not end.
+ * <p>Timeouts are in processing time: they fire at the next micro-batch that runs after they are
+ * due (the router's tick makes one every second). The query must run with {@code
+ * spark.sql.streaming.noDataMicroBatches.enabled=false}, or Spark would run a batch without data
+ * after every batch and a bounded run would not end.
  */
 public final class RouterState {
+  public static final String KEY = "c_key";
   public static final String KIND = "c_kind";
   public static final int MESSAGE = 0;
   public static final int CHOICE = 1;
   public static final int DELAYED = 2;
-  public static final int REQUEST = 3;
 
-  public static final String[] GROUP = {"instance", "conversation_id"};
   public static final String[] ENTRY = {"origin", "service"};
   public static final String[] IDENTITY = {"c_bid", "c_route_service", "c_address"};
   public static final String[] KEPT = {"kept_bid", "kept_route_service", "kept_address"};
   public static final String AT = "c_at_ms";
-  public static final String ASKED = "c_asked";
   public static final String POSITION = "pos";
   public static final String WAITING = "waiting";
-  public static final String PENDING = "pending_requests";
+  public static final String FIRST = "first_of_entry";
+  public static final String BATCH_TIME = "batch_ms";
 
   static final StructType ENTRY_TYPE =
       new StructType()
@@ -84,21 +78,9 @@ public final class RouterState {
           .add("address", DataTypes.StringType)
           .add("chosen_ms", DataTypes.LongType, false);
 
-  static final StructType REQUEST_TYPE =
-      new StructType()
-          .add("scope", DataTypes.StringType)
-          .add("service", DataTypes.StringType)
-          .add("asked_ms", DataTypes.LongType, false);
-
-  static final StructType PENDING_TYPE =
-      new StructType().add("scope", DataTypes.StringType).add("service", DataTypes.StringType);
-
-  /** Where an entry of the state holds its (origin, service): the key of the entry. */
-  static final int[] STATE_ENTRY = {0, 1};
-
   private RouterState() {}
 
-  /** The output schema: the input's columns without the {@code c_} ones, then the state's. */
+  /** The output schema: the input's columns without the {@code c_} ones, then the memory's. */
   public static StructType outputSchema(StructType input) {
     StructType out = new StructType();
     for (StructField f : input.fields()) {
@@ -110,16 +92,17 @@ public final class RouterState {
       out = out.add(name, DataTypes.StringType, true);
     }
     return out.add(WAITING, DataTypes.BooleanType, true)
-        .add(PENDING, DataTypes.createArrayType(PENDING_TYPE, false), true);
+        .add(FIRST, DataTypes.BooleanType, true)
+        .add(BATCH_TIME, DataTypes.LongType, true);
   }
 
-  /** The state's schema: kept choices, waiting messages (as they will leave), pending requests. */
+  /** The state's schema: kept choices, and held messages (as they will leave) with when delayed. */
   static StructType stateSchema(StructType output) {
-    StructType waiting = new StructType().add("message", output, false).add("delayed_ms", DataTypes.LongType, false);
+    StructType held =
+        new StructType().add("message", output, false).add("delayed_ms", DataTypes.LongType, false);
     return new StructType()
         .add("entries", DataTypes.createArrayType(ENTRY_TYPE, false), false)
-        .add("waiting", DataTypes.createArrayType(waiting, false), false)
-        .add("requests", DataTypes.createArrayType(REQUEST_TYPE, false), false);
+        .add("waiting", DataTypes.createArrayType(held, false), false);
   }
 
   /**
@@ -129,45 +112,14 @@ public final class RouterState {
   public static Dataset<Row> apply(Dataset<Row> rows, long keepMs, long retryMs) {
     StructType input = rows.schema();
     StructType output = outputSchema(input);
-    return rows.groupByKey(new KeyOf(input), Encoders.STRING())
+    int key = input.fieldIndex(KEY);
+    return rows.groupByKey((MapFunction<Row, String>) r -> r.getString(key), Encoders.STRING())
         .flatMapGroupsWithState(
             new Step(input, output, keepMs, retryMs),
             OutputMode.Append(),
             Encoders.row(stateSchema(output)),
             Encoders.row(output),
             GroupStateTimeout.ProcessingTimeTimeout());
-  }
-
-  /** Joins names with NUL, a character that no instance, database or service name holds. */
-  static String joined(Row row, int[] fields) {
-    StringBuilder out = new StringBuilder();
-    for (int i = 0; i < fields.length; i++) {
-      if (i > 0) {
-        out.append('\u0000');
-      }
-      Object v = row.get(fields[i]);
-      out.append(v == null ? "" : v.toString());
-    }
-    return out.toString();
-  }
-
-  /** The state key: (instance, conversation), or the instance's requests (SOH, then the instance). */
-  static final class KeyOf implements MapFunction<Row, String> {
-    private final int kind;
-    private final int[] group;
-
-    KeyOf(StructType input) {
-      kind = input.fieldIndex(KIND);
-      group = indices(input, GROUP);
-    }
-
-    @Override
-    public String call(Row row) {
-      if (row.getInt(kind) == REQUEST) {
-        return "\u0001" + row.get(group[0]);
-      }
-      return joined(row, group);
-    }
   }
 
   /** One key's step; see the class comment. */
@@ -177,11 +129,12 @@ public final class RouterState {
     private final int kind;
     private final int position;
     private final int at;
-    private final int asked;
-    private final int outInstance;
     private final int[] entry;
     private final int[] identity;
     private final int[] passed;
+    private final int outOrigin;
+    private final int outService;
+    private final int outPosition;
     private final int width;
 
     Step(StructType input, StructType output, long keepMs, long retryMs) {
@@ -190,8 +143,6 @@ public final class RouterState {
       this.kind = input.fieldIndex(KIND);
       this.position = input.fieldIndex(POSITION);
       this.at = input.fieldIndex(AT);
-      this.asked = input.fieldIndex(ASKED);
-      this.outInstance = output.fieldIndex(GROUP[0]);
       this.entry = indices(input, ENTRY);
       this.identity = indices(input, IDENTITY);
       List<Integer> kept = new ArrayList<>();
@@ -201,114 +152,141 @@ public final class RouterState {
         }
       }
       this.passed = kept.stream().mapToInt(Integer::intValue).toArray();
+      this.outOrigin = output.fieldIndex(ENTRY[0]);
+      this.outService = output.fieldIndex(ENTRY[1]);
+      this.outPosition = output.fieldIndex(POSITION);
       this.width = output.fields().length;
     }
 
     @Override
     public Iterator<Row> call(String key, Iterator<Row> rows, GroupState<Row> state) {
-      if (key.startsWith("\u0001")) {
-        return requests(key.substring(1), rows, state);
-      }
       long now = state.getCurrentProcessingTimeMs();
-      Map<String, Row> entries = new LinkedHashMap<>();
-      List<Row> waiting = new ArrayList<>();
-      if (state.exists()) {
-        for (Object e : state.get().getList(0)) {
-          Row r = (Row) e;
-          entries.put(joined(r, STATE_ENTRY), r);
-        }
-        for (Object w : state.get().getList(1)) {
-          waiting.add((Row) w);
-        }
-      }
-      List<Row> messages = new ArrayList<>();
+      ConversationMemory<Object[]> memory = restore(state);
+      List<ConversationMemory.Arrival<Object[]>> arrivals = new ArrayList<>();
+      List<ConversationMemory.Choice> choices = new ArrayList<>();
       while (rows.hasNext()) {
         Row row = rows.next();
         int k = row.getInt(kind);
         if (k == MESSAGE) {
-          messages.add(row);
-        } else if (k == CHOICE && !row.isNullAt(at)) {
-          choose(entries, row);
+          arrivals.add(
+              new ConversationMemory.Arrival<>(
+                  emitted(row), row.getLong(position), entryOf(row.get(entry[0]), row.get(entry[1]))));
+        } else if (k == CHOICE && !row.isNullAt(at) && !row.isNullAt(identity[2])) {
+          choices.add(
+              new ConversationMemory.Choice(
+                  entryOf(row.get(entry[0]), row.get(entry[1])),
+                  identityOf(row),
+                  row.getLong(at),
+                  row.getLong(position)));
         } else if (k == DELAYED && !row.isNullAt(at)) {
-          Object[] values = emitted(row);
-          for (int i = 0; i < IDENTITY.length; i++) {
-            values[passed.length + i] = row.get(identity[i]);
-          }
-          waiting.add(RowFactory.create(RowFactory.create(values), row.getLong(at)));
+          memory.hold(
+              emitted(row),
+              row.getLong(position),
+              row.getLong(at),
+              entryOf(row.get(entry[0]), row.get(entry[1])),
+              identityOf(row));
         }
       }
-      long next = Long.MAX_VALUE;
-      for (Iterator<Row> it = entries.values().iterator(); it.hasNext(); ) {
-        long expiry = it.next().getLong(5) + keepMs;
-        if (expiry <= now) {
-          it.remove();
-        } else {
-          next = Math.min(next, expiry);
-        }
+      memory.rememberAll(choices);
+      ConversationMemory.Step<Object[]> step = memory.step(now, keepMs, retryMs, arrivals);
+      List<Row> out = new ArrayList<>(step.released.size() + step.given.size());
+      for (ConversationMemory.Given<Object[]> g : step.released) {
+        out.add(leaving(g, now));
       }
-      List<Row> out = new ArrayList<>();
-      if (!waiting.isEmpty()) {
-        long due = waiting.stream().mapToLong(w -> w.getLong(1)).min().getAsLong() + retryMs;
-        if (due <= now) {
-          List<Row> leaving = new ArrayList<>();
-          for (Row w : waiting) {
-            Object[] values = copied(w.getStruct(0));
-            values[passed.length + 3] = false;
-            leaving.add(RowFactory.create(values));
-          }
-          leaving.sort(Comparator.comparingLong(r -> r.getLong(position)));
-          out.addAll(leaving);
-          waiting.clear();
-        } else {
-          next = Math.min(next, due);
-        }
+      for (ConversationMemory.Given<Object[]> g : step.given) {
+        out.add(leaving(g, now));
       }
-      messages.sort(Comparator.comparingLong(r -> r.getLong(position)));
-      for (Row m : messages) {
-        Object[] values = emitted(m);
-        Row kept = entries.get(joined(m, entry));
-        if (kept != null) {
-          values[passed.length] = kept.get(2);
-          values[passed.length + 1] = kept.get(3);
-          values[passed.length + 2] = kept.get(4);
-        }
-        values[passed.length + 3] = !waiting.isEmpty();
-        out.add(RowFactory.create(values));
-      }
-      if (entries.isEmpty() && waiting.isEmpty()) {
-        if (state.exists()) {
-          state.remove();
-        }
-      } else {
-        // A Row's array field is a Scala Seq.
-        state.update(
-            RowFactory.create(
-                CollectionConverters.asScala(new ArrayList<>(entries.values())),
-                CollectionConverters.asScala(waiting),
-                CollectionConverters.asScala(new ArrayList<Row>())));
-        state.setTimeoutDuration(Math.max(1L, next - now));
-      }
+      save(memory, state, now, step.nextAt);
       return out.isEmpty() ? Collections.emptyIterator() : out.iterator();
     }
 
-    /** A choice record: it replaces the kept entry unless that one was chosen later. */
-    private void choose(Map<String, Row> entries, Row row) {
-      String where = joined(row, entry);
-      Row before = entries.get(where);
-      if (before == null || row.getLong(at) >= before.getLong(5)) {
-        entries.put(
-            where,
-            RowFactory.create(
-                row.get(entry[0]),
-                row.get(entry[1]),
-                row.get(identity[0]),
-                row.get(identity[1]),
-                row.get(identity[2]),
-                row.getLong(at)));
+    /** A message as it leaves: its values, then what the memory tells it, and the batch's time. */
+    private Row leaving(ConversationMemory.Given<Object[]> g, long now) {
+      Object[] values = g.message.clone();
+      int base = passed.length;
+      for (int i = 0; i < KEPT.length; i++) {
+        values[base + i] = g.kept == null ? null : g.kept[i];
       }
+      values[base + KEPT.length] = g.waiting;
+      values[base + KEPT.length + 1] = g.firstOfEntry;
+      values[base + KEPT.length + 2] = now;
+      return RowFactory.create(values);
     }
 
-    /** The output values of an input row: its own columns, then nulls for the state's. */
+    private ConversationMemory<Object[]> restore(GroupState<Row> state) {
+      ConversationMemory<Object[]> memory = new ConversationMemory<>();
+      if (!state.exists()) {
+        return memory;
+      }
+      for (Object e : state.get().getList(0)) {
+        Row r = (Row) e;
+        memory.remember(
+            entryOf(r.get(0), r.get(1)),
+            new String[] {r.getString(2), r.getString(3), r.getString(4)},
+            r.getLong(5));
+      }
+      for (Object w : state.get().getList(1)) {
+        Row held = (Row) w;
+        Row message = held.getStruct(0);
+        Object[] values = new Object[width];
+        for (int i = 0; i < width; i++) {
+          values[i] = message.get(i);
+        }
+        int base = passed.length;
+        String[] kept =
+            values[base + 2] == null
+                ? null
+                : new String[] {(String) values[base], (String) values[base + 1], (String) values[base + 2]};
+        memory.hold(
+            values,
+            message.getLong(outPosition),
+            held.getLong(1),
+            entryOf(message.get(outOrigin), message.get(outService)),
+            kept);
+      }
+      return memory;
+    }
+
+    private void save(ConversationMemory<Object[]> memory, GroupState<Row> state, long now, long nextAt) {
+      if (memory.isEmpty()) {
+        if (state.exists()) {
+          state.remove();
+        }
+        return;
+      }
+      List<Row> entries = new ArrayList<>();
+      for (Map.Entry<String, ConversationMemory.Kept> e : memory.kept().entrySet()) {
+        String[] parts = e.getKey().split("\u0000", -1);
+        String[] id = e.getValue().identity;
+        entries.add(RowFactory.create(parts[0], parts[1], id[0], id[1], id[2], e.getValue().chosenAt));
+      }
+      List<Row> held = new ArrayList<>();
+      for (ConversationMemory.Held<Object[]> h : memory.held()) {
+        Object[] values = h.message.clone();
+        int base = passed.length;
+        for (int i = 0; i < KEPT.length; i++) {
+          values[base + i] = h.kept == null ? null : h.kept[i];
+        }
+        held.add(RowFactory.create(RowFactory.create(values), h.delayedAt));
+      }
+      // A Row's array field is a Scala Seq.
+      state.update(
+          RowFactory.create(CollectionConverters.asScala(entries), CollectionConverters.asScala(held)));
+      state.setTimeoutDuration(Math.max(1L, nextAt - now));
+    }
+
+    private String[] identityOf(Row row) {
+      if (row.isNullAt(identity[2])) {
+        return null;
+      }
+      return new String[] {
+        row.isNullAt(identity[0]) ? "" : row.getString(identity[0]),
+        row.isNullAt(identity[1]) ? "" : row.getString(identity[1]),
+        row.getString(identity[2])
+      };
+    }
+
+    /** The output values of an input row: its own columns, then nulls for the memory's. */
     private Object[] emitted(Row row) {
       Object[] values = new Object[width];
       for (int i = 0; i < passed.length; i++) {
@@ -317,62 +295,9 @@ public final class RouterState {
       return values;
     }
 
-    /** The values of a row that is already in the output's shape. */
-    private Object[] copied(Row row) {
-      Object[] values = new Object[width];
-      for (int i = 0; i < width; i++) {
-        values[i] = row.get(i);
-      }
-      return values;
-    }
-
-    /** The instance's outstanding MissingRoute requests: apply the records, emit the status row. */
-    private Iterator<Row> requests(String name, Iterator<Row> rows, GroupState<Row> state) {
-      Map<String, Row> pending = new LinkedHashMap<>();
-      if (state.exists()) {
-        for (Object r : state.get().getList(2)) {
-          Row request = (Row) r;
-          pending.put(joined(request, STATE_ENTRY), request);
-        }
-      }
-      List<Row> records = new ArrayList<>();
-      rows.forEachRemaining(records::add);
-      records.sort(Comparator.comparingLong(r -> r.isNullAt(at) ? Long.MIN_VALUE : r.getLong(at)));
-      for (Row r : records) {
-        String where = joined(r, entry);
-        Row before = pending.get(where);
-        long when = r.isNullAt(at) ? 0L : r.getLong(at);
-        if (before != null && before.getLong(2) > when) {
-          continue;
-        }
-        if (!r.isNullAt(asked) && r.getBoolean(asked)) {
-          pending.put(where, RowFactory.create(r.get(entry[0]), r.get(entry[1]), when));
-        } else {
-          pending.remove(where);
-        }
-      }
-      if (pending.isEmpty() && !state.exists()) {
-        return Collections.emptyIterator();
-      }
-      List<Row> status = new ArrayList<>();
-      for (Row p : pending.values()) {
-        status.add(RowFactory.create(p.get(0), p.get(1)));
-      }
-      Object[] values = new Object[width];
-      values[outInstance] = name;
-      values[width - 1] = CollectionConverters.asScala(status);
-      if (pending.isEmpty()) {
-        state.remove();
-      } else {
-        state.update(
-            RowFactory.create(
-                CollectionConverters.asScala(new ArrayList<Row>()),
-                CollectionConverters.asScala(new ArrayList<Row>()),
-                CollectionConverters.asScala(new ArrayList<>(pending.values()))));
-        // Fire at the next micro-batch, so that every batch is told what is outstanding.
-        state.setTimeoutDuration(1L);
-      }
-      return Collections.singletonList(RowFactory.create(values)).iterator();
+    private static String entryOf(Object origin, Object service) {
+      return ConversationMemory.entry(
+          origin == null ? null : origin.toString(), service == null ? null : service.toString());
     }
   }
 

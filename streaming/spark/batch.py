@@ -1,0 +1,176 @@
+"""One micro-batch: its rows decided and every record they give written, in one pass and one write.
+
+The query that does this is built once per route snapshot (and set of pending requests), over a
+stand-in for the batch, as a `router.plan.Template` (jvm/state): each micro-batch is bound into it
+at the level of Spark's plan, with no Python on the way, and Spark plans and runs it as one job
+(one stage more for the state processor's shuffle, one broadcast per snapshot table). What the
+driver must know of the batch (counts by outcome, the MissingRoute requests made, the destinations
+that could not be written) are Spark's observed metrics of that same run.
+
+Without a route to the dynamic routing service, D1 within the batch is marked in one ordered pass
+over the decided rows (`router.state.InBatchOrder`), between the decision and the output, so the
+batch is never shuffled for it; with one, B4's in-batch ranking needs the engine's window functions
+and `streaming.spark.engine.decide` does both. While a TRANSPORT route exists (T1: the next hop comes
+from the service name, so the snapshot cannot name every destination), the decided rows are kept
+once, and the topics their C4 decisions lead to are created before the records are written.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.serializers import CPickleSerializer
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from streaming.errors import RouterError
+from streaming.spark.engine import BEHIND, BatchContext, Snapshot, apply_behind, decide, decide_each
+from streaming.spark.output import (
+    Destinations,
+    batch_metrics,
+    destination_topic,
+    output_records,
+    with_destinations,
+)
+from streaming.spark.sources import remaining_ttl_s
+from streaming.spark.state import mark_in_batch_order
+
+METRICS = "router_batch"
+
+log = logging.getLogger("streaming.batch")
+
+
+@dataclass(frozen=True)
+class BatchMetrics:
+    """What a written batch reports (`streaming.spark.output.batch_metrics`)."""
+
+    records: int = 0
+    dead_lettered: int = 0
+    released: int = 0
+    outcomes: Mapping[str, int] = field(default_factory=dict)
+    requests: frozenset[tuple[str, str]] = frozenset()
+    unavailable: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def routed(self) -> int:
+        """Messages decided (every outcome), dead letters not counted."""
+        return sum(self.outcomes.values())
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> BatchMetrics:
+        """From the observed metrics' values."""
+        outcomes = ("deliver", "send", "forward", "delayed", "dropped", "discarded")
+        return cls(
+            records=int(values.get("records") or 0),
+            dead_lettered=int(values.get("dead_lettered") or 0),
+            released=int(values.get("released") or 0),
+            outcomes={o: int(values.get(o) or 0) for o in outcomes},
+            requests=frozenset((r[0], r[1]) for r in values.get("requests") or ()),
+            unavailable={r[0]: r[1] for r in values.get("unavailable") or ()},
+        )
+
+
+class _Template:
+    """A Python handle on `router.plan.Template`."""
+
+    def __init__(
+        self, spark: SparkSession, schema: StructType, build: Callable[[DataFrame], DataFrame]
+    ) -> None:
+        jvm = spark._jvm
+        if jvm is None:
+            raise RouterError("the batch plan needs a classic SparkSession (a JVM), not Spark Connect")
+        self.spark = spark
+        slot = DataFrame(jvm.router.plan.Template.slot(spark._jsparkSession, schema.json()), spark)
+        built = build(slot)
+        self.schema = built.schema
+        self._template = jvm.router.plan.Template(built._jdf, slot._jdf)
+
+    def bind(self, frame: DataFrame) -> DataFrame:
+        return DataFrame(self._template.bind(frame._jdf), self.spark)
+
+
+class BatchPlan:
+    """The decision and output of every micro-batch of one snapshot (see the module docstring)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        schema: StructType,
+        snapshot: Snapshot,
+        context: BatchContext,
+        destinations: Destinations,
+        kafka_options: Mapping[str, str],
+        ensure_topics: Callable[[list[str]], Mapping[str, str]] | None = None,
+    ) -> None:
+        self.spark = spark
+        self.snapshot = snapshot
+        self.destinations = destinations
+        self.kafka_options = dict(kafka_options)
+        self.ensure_topics = ensure_topics
+        self.in_one_pass = not snapshot.has_bcn
+
+        def prepared(batch: DataFrame) -> DataFrame:
+            return batch.withColumns(
+                {
+                    # A record that does not decode belongs to no instance: no lookup finds anything.
+                    "instance": F.when(F.col("error").isNull(), F.col("instance")),
+                    "ttl_s": remaining_ttl_s(F.col("batch_ms")),
+                }
+            )
+
+        def output(decided: DataFrame, destinations: Destinations) -> DataFrame:
+            routed = with_destinations(decided, destinations)
+            observed = routed.observe(METRICS, *batch_metrics(routed))
+            return output_records(observed, destinations, snapshot.version)
+
+        if self.in_one_pass:
+            self._decide = _Template(spark, schema, lambda b: decide_each(prepared(b), snapshot, context))
+            self._output: Callable[[Destinations], _Template] = lambda d: _Template(
+                spark, _with_behind(self._decide.schema), lambda m: output(apply_behind(m).drop(BEHIND), d)
+            )
+        else:
+            self._decide = _Template(spark, schema, lambda b: decide(prepared(b), snapshot, context))
+            self._output = lambda d: _Template(spark, self._decide.schema, lambda m: output(m, d))
+        self._written = self._output(destinations)
+
+    def run(self, batch: DataFrame) -> BatchMetrics:
+        """Decide `batch` and write everything it gives in one Kafka write; return its metrics."""
+        started = time.monotonic()
+        decided = self._decide.bind(batch)
+        if self.in_one_pass:
+            decided = mark_in_batch_order(decided)
+        written = self._written
+        if self.snapshot.flags.has_transport and self.ensure_topics is not None:
+            decided, written = self._with_transport_topics(decided)
+        records = written.bind(decided)
+        planned = time.monotonic()
+        jvm = self.spark._jvm
+        assert jvm is not None  # checked when the templates were built
+        observed = jvm.router.plan.KafkaWrite.write(records._jdf, self.kafka_options, METRICS)
+        log.debug("batch planned in %.3fs, run in %.3fs", planned - started, time.monotonic() - planned)
+        if observed is None:
+            raise RouterError("the batch was written but its metrics were not observed")
+        row = CPickleSerializer().loads(jvm.org.apache.spark.sql.api.python.PythonSQLUtils.toPyRow(observed))
+        return BatchMetrics.of(row.asDict(recursive=False))
+
+    def _with_transport_topics(self, decided: DataFrame) -> tuple[DataFrame, _Template]:
+        """T1: create the topics C4 decisions lead to; the decided rows are kept once for it."""
+        assert self.ensure_topics is not None
+        kept = decided.localCheckpoint(eager=True)
+        t = self.destinations.topology
+        transport = kept.where(F.col("error").isNull() & (F.col("choice_step") == "C4"))
+        names = sorted({r[0] for r in transport.select(destination_topic(t)).distinct().collect() if r[0]})
+        refused = dict(self.ensure_topics(names)) if names else {}
+        if not refused:
+            return kept, self._written
+        unavailable = {**self.destinations.unavailable, **refused}
+        return kept, self._output(Destinations(t, unavailable))
+
+
+def _with_behind(schema: StructType) -> StructType:
+    return StructType([*schema.fields]).add(BEHIND, "boolean", False)

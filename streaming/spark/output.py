@@ -1,0 +1,277 @@
+"""What a micro-batch writes: every record it produces, from the decided rows, as SQL.
+
+One decided row gives up to four records, made in one projection and written in one Kafka write:
+
+* its message, to its destination topic with the decision in its headers (`outcome`, `route`,
+  `match_step`, `choice_step`, `reason`, `database`, `address`, `scope`, `snapshot_version`,
+  `decided_at`, and `due_at` on delayed ones); a record that does not decode goes to the
+  dead-letter topic instead, with its error;
+* the choice it made (K2), to the choices topic, when it is the first of its entry to choose in
+  the batch;
+* when it asks for a route (M4, B3): the MissingRoute message to the dynamic routing service, on
+  the instance's outbound topic (it is routed like any message of its database), and the request's
+  record on the requests topic (B4).
+
+The destination topic is `streaming.topics`' naming as a SQL expression (`streaming.spark.topic_names`):
+a local service's queue, another instance's inbound topic, a network address's topic, the delayed or
+the dropped topic. A destination the router could not create (`Destinations.unavailable`) sends
+its messages to the dropped topic with the reason `destination_unavailable` and the broker's error.
+A message is written as it arrived, byte for byte, unless its decision changes it: a forwarded one
+carries one hop less (F3), a delayed one one attempt more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import from_avro, to_avro
+from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
+
+from streaming.kafka.avro import schema_json
+from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, MISSING_ROUTE_MESSAGE_TYPE
+from streaming.spark.engine import KEPT_COLUMNS, normalize_address_sql
+from streaming.spark.sources import SOURCE_DELAYED, SOURCE_INBOUND, Topology
+from streaming.spark.state import FIRST_COLUMN, choice_key, choice_value
+from streaming.spark.topic_names import network_topic_sql, queue_topic_sql
+
+DESTINATION_UNAVAILABLE = "destination_unavailable"
+"""The reason of a message whose destination topic could not be created or written."""
+
+HEADER_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+RECORD_FIELDS = ("key", "value", "topic", "headers")
+_TIME_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
+
+
+@dataclass(frozen=True)
+class Destinations:
+    """Where a batch's records go: the instance's topics, and the destinations it cannot write."""
+
+    topology: Topology
+    unavailable: Mapping[str, str] = field(default_factory=dict)
+    """Destination topics the broker refused, with its error."""
+
+
+def headers(pairs: list[tuple[str, Column]]) -> Column:
+    """Kafka headers from (name, string column) pairs; a null value leaves its header out."""
+    empty = F.array().cast(HEADER_TYPE)
+    if not pairs:
+        return empty
+    parts = [
+        F.when(
+            v.isNotNull(),
+            F.array(F.struct(F.lit(k).alias("key"), v.cast("string").cast("binary").alias("value"))),
+        ).otherwise(empty)
+        for k, v in pairs
+    ]
+    return F.flatten(F.array(*parts))
+
+
+def _record(key: Column, value: Column, topic: Column, headers_: Column) -> Column:
+    return F.struct(
+        key.cast("binary").alias("key"),
+        value.cast("binary").alias("value"),
+        topic.cast("string").alias("topic"),
+        headers_.cast(HEADER_TYPE).alias("headers"),
+    )
+
+
+def _now_text(offset_s: float = 0.0) -> Column:
+    """The batch's time (`batch_ms`, from the state processor), `offset_s` on, as ISO-8601 UTC text."""
+    return F.date_format(F.timestamp_millis(F.col("batch_ms") + F.lit(int(offset_s * 1000))), _TIME_FORMAT)
+
+
+def destination_topic(t: Topology) -> Column:
+    """The topic a decided row's message goes to (before unavailable destinations are set aside)."""
+    outcome = F.col("outcome")
+    address = normalize_address_sql(F.col("d_address"))
+    inbound = [F.lit(x) for pair in sorted(t.inbound_by_address.items()) for x in pair]
+    known = F.try_element_at(F.create_map(*inbound), address) if inbound else F.lit(None).cast("string")
+    return (
+        F.when(
+            outcome == "deliver",
+            queue_topic_sql(t.instance.name, F.col("d_database"), F.col("service"), t.prefix),
+        )
+        .when(outcome.isin("send", "forward"), F.coalesce(known, network_topic_sql(address, t.prefix)))
+        .when(outcome == "delayed", F.lit(t.delayed))
+        .otherwise(F.lit(t.dropped))
+    )
+
+
+def _message_value() -> Column:
+    """The bytes a message leaves with: as it arrived, or re-encoded where the decision changed it."""
+    schema = schema_json("message")
+    outcome = F.col("outcome")
+    # Decoded again here only for the few it changes; those decoded once already (FAILFAST keeps
+    # the schema's required fields required, so the record encodes back without a nullable field).
+    rec = from_avro(F.col("value"), schema, {"mode": "FAILFAST"})
+    changed = rec.withField(
+        "hops_remaining",
+        F.when(outcome == "forward", F.col("d_hops_remaining")).otherwise(rec["hops_remaining"]),
+    ).withField("attempt", F.when(outcome == "delayed", rec["attempt"] + 1).otherwise(rec["attempt"]))
+    return F.when(outcome.isin("forward", "delayed"), to_avro(changed, schema)).otherwise(F.col("value"))
+
+
+def with_destinations(decided: DataFrame, d: Destinations) -> DataFrame:
+    """Add `_dest` (the destination topic) and `_unavailable` (the broker's error, when it refused it)."""
+    t = d.topology
+    frame = decided.withColumn("_dest", F.when(F.col("error").isNull(), destination_topic(t)))
+    if d.unavailable:
+        refused = F.create_map(*[F.lit(x) for pair in sorted(d.unavailable.items()) for x in pair])
+        unavailable = F.try_element_at(refused, F.col("_dest"))
+    else:
+        unavailable = F.lit(None).cast("string")
+    frame = frame.withColumn("_unavailable", unavailable)
+    # A destination that cannot be written costs only its own messages: they are dropped, with why.
+    set_aside = F.col("_unavailable").isNotNull()
+    return frame.withColumns(
+        {
+            "outcome": F.when(set_aside, F.lit("dropped")).otherwise(F.col("outcome")),
+            "reason": F.when(set_aside, F.lit(DESTINATION_UNAVAILABLE)).otherwise(F.col("reason")),
+        }
+    )
+
+
+def output_records(decided: DataFrame, d: Destinations, snapshot_version: str) -> DataFrame:
+    """Every record the batch writes (`RECORD_FIELDS`), from rows of `with_destinations`."""
+    t = d.topology
+    outcome = F.col("outcome")
+    good = F.col("error").isNull()
+    decided_at = _now_text()
+    message_headers = headers(
+        [
+            ("outcome", outcome),
+            ("route", F.col("d_route")),
+            ("match_step", F.col("match_step")),
+            ("choice_step", F.col("choice_step")),
+            ("reason", F.col("reason")),
+            ("database", F.col("d_database")),
+            ("address", F.col("d_address")),
+            ("scope", F.col("d_scope")),
+            ("requests", F.col("requests")),
+            ("snapshot_version", F.lit(snapshot_version)),
+            ("decided_at", decided_at),
+            ("router_instance", F.lit(t.instance.name)),
+            ("due_at", F.when(outcome == "delayed", _now_text(t.instance.retry_s))),
+            # K2: a delayed message takes its conversation's kept choice along (read back into the state).
+            *[(c, F.when(outcome == "delayed", F.col(c))) for c in KEPT_COLUMNS],
+        ]
+    )
+    refused_headers = headers([("destination", F.col("_dest")), ("error", F.col("_unavailable"))])
+    message = _record(
+        F.col("conversation_id"),
+        _message_value(),
+        F.when(F.col("_unavailable").isNotNull(), F.lit(t.dropped)).otherwise(F.col("_dest")),
+        F.when(F.col("_unavailable").isNotNull(), F.concat(message_headers, refused_headers)).otherwise(
+            message_headers
+        ),
+    )
+    source_topic = (
+        F.when(F.col("source") == SOURCE_DELAYED, F.lit(t.delayed))
+        .when(F.col("source") == SOURCE_INBOUND, F.lit(t.inbound))
+        .otherwise(F.lit(t.outbound))
+    )
+    dead_letter = _record(
+        F.lit(None),
+        F.col("value"),
+        F.lit(t.deadletter),
+        headers(
+            [
+                ("error", F.col("error")),
+                ("source_topic", source_topic),
+                ("source_partition", F.col("partition")),
+                ("source_offset", F.col("offset")),
+                ("decided_at", decided_at),
+            ]
+        ),
+    )
+    choice = F.when(
+        good & F.col(FIRST_COLUMN) & F.col("k_change").isNotNull(),
+        _record(choice_key(), choice_value(), F.lit(t.choices), headers([("change", F.col("k_change"))])),
+    )
+    asks = good & F.col("requests").isNotNull()
+    request_id = F.col("_request_id")
+    request_message = F.when(
+        asks, _record(request_id, _missing_route_message(request_id), F.lit(t.outbound), headers([]))
+    )
+    request_record = F.when(asks, _record(_request_key(t), _request_value(t), F.lit(t.requests), headers([])))
+    records = F.array(F.when(good, message).otherwise(dead_letter), choice, request_message, request_record)
+    # B3: the request message's id: the asking message's id and the batch's time.
+    new_id = F.concat_ws("-", F.lit("missing-route"), F.col("id"), F.col("batch_ms").cast("string"))
+    with_id = decided.withColumn("_request_id", F.when(asks, new_id))
+    return with_id.select(F.inline(records)).where(F.col("topic").isNotNull())
+
+
+def _missing_route_message(request_id: Column) -> Column:
+    """B3: one MissingRoute message to the dynamic routing service, sent by the table that asked."""
+    service = F.col("requests")
+    escaped = F.regexp_replace(
+        F.regexp_replace(F.regexp_replace(service, "&", "&amp;"), "<", "&lt;"), ">", "&gt;"
+    )
+    body = F.concat(
+        F.lit(
+            '<MissingRoute xmlns="http://schemas.microsoft.com/SQL/ServiceBroker/BrokerConfigurationNotice'
+            '/MissingRoute"><SERVICE_NAME>'
+        ),
+        escaped,
+        F.lit("</SERVICE_NAME></MissingRoute>"),
+    )
+    null = F.lit(None)
+    record = F.struct(
+        F.coalesce(request_id, F.lit("")).alias("message_id"),
+        F.coalesce(request_id, F.lit("")).alias("conversation_id"),
+        F.lit(0).cast("long").alias("sequence_number"),
+        F.lit(BROKER_CONFIGURATION_SERVICE).alias("from_service"),
+        null.cast("string").alias("from_broker_instance"),
+        F.lit(BROKER_CONFIGURATION_SERVICE).alias("to_service"),
+        null.cast("string").alias("to_broker_instance"),
+        F.col("d_scope").alias("origin_database"),
+        F.lit(True).alias("is_initiator"),
+        F.lit(MISSING_ROUTE_MESSAGE_TYPE).alias("message_type"),
+        F.coalesce(body, F.lit("")).cast("binary").alias("body"),
+        F.lit(16).alias("hops_remaining"),
+        null.cast("long").alias("time_to_live_ms"),
+        null.cast("timestamp").alias("expires_at"),
+        F.timestamp_millis(F.col("batch_ms")).alias("enqueued_at"),
+        F.lit(0).alias("attempt"),
+    )
+    return to_avro(record, schema_json("message"))
+
+
+def _request_key(t: Topology) -> Column:
+    """The key of a request record: instance, scope and service (`streaming.spark.requests`)."""
+    return F.concat_ws("\u0000", F.lit(t.instance.name), F.col("d_scope"), F.col("requests"))
+
+
+def _request_value(t: Topology) -> Column:
+    return F.to_json(
+        F.struct(
+            F.lit(t.instance.name).alias("instance"),
+            F.col("d_scope").alias("scope"),
+            F.col("requests").alias("service"),
+            F.lit(True).alias("asked"),
+        )
+    )
+
+
+def batch_metrics(decided: DataFrame) -> list[Column]:
+    """What the driver learns from a batch as it is written (Spark's observed metrics, no pass of its own)."""
+    good = F.col("error").isNull()
+    outcome = F.col("outcome")
+    return [
+        F.count(F.lit(1)).alias("records"),
+        F.count_if(~good).alias("dead_lettered"),
+        F.count_if(good & (F.col("source") == SOURCE_DELAYED)).alias("released"),
+        *[
+            F.count_if(good & (outcome == o)).alias(o)
+            for o in ("deliver", "send", "forward", "delayed", "dropped", "discarded")
+        ],
+        F.collect_set(F.when(good & F.col("requests").isNotNull(), F.struct("d_scope", "requests"))).alias(
+            "requests"
+        ),
+        F.collect_set(F.when(F.col("_unavailable").isNotNull(), F.struct("_dest", "_unavailable"))).alias(
+            "unavailable"
+        ),
+    ]

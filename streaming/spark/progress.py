@@ -1,0 +1,122 @@
+"""What a running router tells a person: one line per micro-batch, and a summary when it stops.
+
+A batch's line gives its records, how long it took and the rate, the counts by outcome (and the
+messages released from delay, the dead letters), the route snapshot it was decided against, and
+the lag: the records the input topics held beyond the batch when it was planned. The figures come
+from the batch's own observed metrics and from Spark's progress report of the query, so printing
+them costs nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from streaming.spark.batch import BatchMetrics
+
+OUTCOMES = ("deliver", "send", "forward", "delayed", "dropped", "discarded")
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """One micro-batch as the router saw it."""
+
+    batch_id: int
+    metrics: BatchMetrics
+    seconds: float
+    snapshot: str
+    lag: int | None = None
+    jobs: int | None = None
+    """Spark jobs the batch ran (`router.metrics.BatchJobs`), when counted."""
+    stages: int | None = None
+
+    def line(self) -> str:
+        """The batch's progress line."""
+        m = self.metrics
+        rate = m.records / self.seconds if self.seconds > 0 else 0.0
+        counts = " ".join(f"{o} {m.outcomes[o]:,}" for o in OUTCOMES if m.outcomes.get(o))
+        extra = []
+        if m.released:
+            extra.append(f"released {m.released:,}")
+        if m.dead_lettered:
+            extra.append(f"dead-lettered {m.dead_lettered:,}")
+        if m.unavailable:
+            extra.append(f"unavailable destinations {len(m.unavailable)}")
+        parts = [
+            f"batch {self.batch_id}: {m.records:,} records in {self.seconds:.2f}s ({rate:,.0f}/s)",
+            counts or "nothing routed",
+            *extra,
+            f"snapshot {self.snapshot}",
+        ]
+        if self.lag is not None:
+            parts.append(f"lag {self.lag:,}")
+        if self.jobs is not None:
+            parts.append(f"{self.jobs} jobs/{self.stages} stages")
+        return " | ".join(parts)
+
+
+@dataclass
+class RunTotals:
+    """What a run routed, summed over its batches."""
+
+    batches: int = 0
+    records: int = 0
+    dead_lettered: int = 0
+    released: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+    def add(self, metrics: BatchMetrics) -> None:
+        """Count one batch."""
+        self.batches += 1
+        self.records += metrics.records
+        self.dead_lettered += metrics.dead_lettered
+        self.released += metrics.released
+        self.outcomes.update(metrics.outcomes)
+
+    @property
+    def routed(self) -> int:
+        """Messages decided, dead letters not counted (released ones are counted again)."""
+        return sum(self.outcomes.values())
+
+    def summary(self) -> str:
+        """One line: batches, messages routed by outcome, released, dead-lettered."""
+        counts = ", ".join(f"{self.outcomes[o]:,} {o}" for o in OUTCOMES if self.outcomes.get(o))
+        return (
+            f"{self.batches} batch(es): {self.routed:,} messages routed"
+            + (f" ({counts})" if counts else "")
+            + f", {self.released:,} of them released from delay, {self.dead_lettered:,} dead-lettered"
+        )
+
+
+def source_offsets(progress: Mapping[str, Any]) -> dict[tuple[str, int], int]:
+    """The end offset of every Kafka topic partition a progress report's sources read up to."""
+    offsets: dict[tuple[str, int], int] = {}
+    for source in progress.get("sources") or ():
+        end = source.get("endOffset")
+        if not isinstance(end, dict):
+            continue
+        for topic, partitions in end.items():
+            if isinstance(partitions, dict):
+                for partition, offset in partitions.items():
+                    offsets[(topic, int(partition))] = int(offset)
+    return offsets
+
+
+def lag(progress: Mapping[str, Any], topics: set[str]) -> int | None:
+    """Records of `topics` available when the batch was planned and not in it (Spark's latestOffset)."""
+    total = 0
+    seen = False
+    for source in progress.get("sources") or ():
+        latest, end = source.get("latestOffset"), source.get("endOffset")
+        if not isinstance(latest, dict) or not isinstance(end, dict):
+            continue
+        for topic, partitions in latest.items():
+            if topic not in topics or not isinstance(partitions, dict):
+                continue
+            seen = True
+            done = end.get(topic) or {}
+            for partition, offset in partitions.items():
+                total += max(0, int(offset) - int(done.get(partition, 0)))
+    return total if seen else None

@@ -1,0 +1,133 @@
+"""The route snapshot a micro-batch is decided against, and the topics it can route to.
+
+The routes and mirror roles come from their compacted topics through the one table reader of the
+project (`streaming.tables.reader`): a record that does not decode or holds an invalid value is
+skipped with a warning, and the last good value of its key stands. The readers are read to the
+end once when the job starts; before each micro-batch a poll takes what was written since, at
+no cost when nothing was. The snapshot is built again (`streaming.spark.engine.build_snapshot`)
+when the routes or roles changed, or when a route's lifetime ended (R6), so a route change is
+seen by the first micro-batch after it arrives.
+
+The topics a snapshot can route to are known from it: the queue of every service of the
+instance's databases, the inbound topic of every instance in the catalogs, the topic of every
+network address of a route, and the delayed and dropped topics. They are created when the
+snapshot changes, not per batch; a topic the broker refuses is remembered with its error, and
+the messages for it are dropped with the reason `destination_unavailable` (one warning per
+topic). TRANSPORT next hops come from service names and are created by the batch that needs them
+(`streaming.spark.batch`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Protocol
+
+from pyspark.sql import SparkSession
+
+from streaming import topics
+from streaming.config import Settings
+from streaming.rules.model import Route, normalize_address
+from streaming.spark.engine import Snapshot, build_snapshot, route_frame, snapshot_flags
+from streaming.spark.sources import Topology
+from streaming.tables.reader import MirrorTableReader, RouteTableReader
+
+log = logging.getLogger("streaming.snapshot")
+
+
+class TopicCreator(Protocol):
+    """Creates topics; returns the ones the broker refused, with its error."""
+
+    def __call__(self, names: list[str]) -> dict[str, str]:
+        """Create `names`; return the refused ones with the broker's error."""
+        ...
+
+
+def reachable_topics(topology: Topology, routes: Iterable[Route]) -> list[str]:
+    """Every destination topic a snapshot of `routes` can route the instance's messages to."""
+    t = topology
+    instance = t.instance
+    names = {t.delayed, t.dropped, *t.inbound_by_address.values()}
+    for database in instance.databases:
+        for service in database.services:
+            names.add(topics.queue_topic(instance.name, database.name, service, t.prefix))
+    for route in routes:
+        for address in (route.address, route.mirror_address):
+            if address is None or route.is_local or route.is_transport:
+                continue
+            normalized = normalize_address(address)
+            if normalized not in t.inbound_by_address:
+                names.add(topics.network_topic(normalized, t.prefix))
+    return sorted(names)
+
+
+class RouteSnapshots:
+    """The current route snapshot and what it can route to (see the module docstring)."""
+
+    def __init__(
+        self, spark: SparkSession, settings: Settings, topology: Topology, create_topics: TopicCreator
+    ) -> None:
+        self.spark = spark
+        self.topology = topology
+        self.create_topics = create_topics
+        databases = [d.name for d in topology.instance.databases]
+        self.routes = RouteTableReader(
+            settings.bootstrap, topics.routes_topic(settings.topic_prefix), databases=databases
+        )
+        self.mirrors = MirrorTableReader(settings.bootstrap, topics.mirrors_topic(settings.topic_prefix))
+        self.current: Snapshot | None = None
+        self.unavailable: dict[str, str] = {}
+        """Destination topics the broker refused, with its error."""
+        self._created: set[str] = set()
+        self._stale = True
+        self.routes.read_to_end()
+        self.mirrors.read_to_end()
+
+    def close(self) -> None:
+        """Close the table readers."""
+        self.routes.close()
+        self.mirrors.close()
+
+    def at(self, now: datetime) -> Snapshot:
+        """The snapshot of the routes as they are at `now` (built again only when they changed)."""
+        changed = self.routes.poll()
+        changed = self.mirrors.poll() or changed
+        if self.current is not None and not changed and not self._stale and self.current.holds_at(now):
+            return self.current
+        routes = [r for r in self.routes.routes if r.is_active(now)]
+        name = self.topology.instance.name
+        pairs = [(name, r) for r in routes]
+        version = f"routes@{self.routes.version} mirrors@{self.mirrors.version}"
+        snapshot = build_snapshot(
+            self.spark,
+            {name: self.topology.instance},
+            route_frame(self.spark, pairs),
+            now=now,
+            flags=snapshot_flags(pairs, {name: self.topology.instance}, now),
+            mirrors={name: self.mirrors.roles},
+            version=version,
+            cache=True,
+        )
+        self.ensure_reachable(reachable_topics(self.topology, routes))
+        self.current, self._stale = snapshot, False
+        log.info("route snapshot %s: %d active routes", version, len(routes))
+        return snapshot
+
+    def ensure_reachable(self, names: list[str]) -> dict[str, str]:
+        """Create the topics not created yet; remember (and return) those the broker refuses."""
+        new = [n for n in names if n not in self._created and n not in self.unavailable]
+        if not new:
+            return {}
+        refused = self.create_topics(new)
+        for topic, error in refused.items():
+            log.warning(
+                "destination topic %s cannot be created (%s): its messages go to %s with the reason "
+                "destination_unavailable",
+                topic,
+                error,
+                self.topology.dropped,
+            )
+        self.unavailable.update(refused)
+        self._created.update(n for n in new if n not in refused)
+        return refused
