@@ -53,6 +53,7 @@ def replay(args: argparse.Namespace) -> int:
         settings.shuffle_partitions,
         verbose=args.verbose,
     )
+    stop_on_signals(say, stop)
     job = RouterJob(spark, settings, count_jobs=args.verbose)
     try:
         job.replay(stop=stop, on_batch=lambda report: say(report.line()))

@@ -69,9 +69,13 @@ def settings_from(args: argparse.Namespace) -> Settings:
     )
 
 
-def stop_on_signals(say: Callable[[str], None]) -> threading.Event:
-    """An event set by the first SIGINT or SIGTERM; a second one ends the process at once (exit 130)."""
-    stop = threading.Event()
+def stop_on_signals(say: Callable[[str], None], stop: threading.Event | None = None) -> threading.Event:
+    """An event set by the first SIGINT or SIGTERM; a second one ends the process at once (exit 130).
+
+    Call it again, with the same event, once the SparkSession is built: PySpark's SparkContext puts
+    in its own SIGINT handler, which cancels every Spark job at once (the batch in flight with it).
+    """
+    stop = stop if stop is not None else threading.Event()
 
     def handle(signum: int, _frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
@@ -103,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         settings.shuffle_partitions,
         verbose=args.verbose,
     )
+    stop_on_signals(say, stop)
     job = RouterJob(spark, settings, count_jobs=args.verbose)
     if stop.is_set():
         return 0
