@@ -346,3 +346,26 @@ def test_a_missing_route_is_asked_for_once_until_a_route_for_it_appears(
     ended = read_all(kafka_bootstrap, topics.requests_topic("i1", prefix))
     assert [json.loads(v or b"")["asked"] for _, v in ended] == [True, False]
     assert len(read_all(kafka_bootstrap, outbound)) == 4
+
+
+def test_a_destination_the_broker_refuses_costs_only_its_own_messages(
+    spark, kafka_bootstrap, prefix, tmp_path
+):
+    """A queue topic the broker will not create (its name collides with an existing topic's, `.`
+    against `_`): its messages are dropped with `destination_unavailable` and the broker's error;
+    the rest of the batch is routed, and the stream goes on."""
+    refused = topics.queue_topic("i1", "AW", "Audit", prefix)
+    ensure_topics(kafka_bootstrap, [refused.replace(".", "_")])
+    produce(
+        kafka_bootstrap,
+        topics.outbound_topic("i1", prefix),
+        [("c1", message("c1", "Audit")), ("c2", message("c2", "OrderParts")), ("c3", message("c3", "Audit"))],
+    )
+    job = replay(spark, kafka_bootstrap, prefix, tmp_path)
+    assert (job.routed, job.totals.outcomes["send"], job.totals.outcomes["dropped"]) == (3, 1, 2)
+    dropped = read_all(kafka_bootstrap, topics.dropped_topic("i1", prefix))
+    assert sorted(decode_message(v)["conversation_id"] for _, v in dropped) == ["c1", "c3"]
+    assert {(h["reason"], h["destination"]) for h, _ in dropped} == {("destination_unavailable", refused)}
+    assert all("collides" in h["error"] for h, _ in dropped), [h["error"] for h, _ in dropped]
+    sent = read_all(kafka_bootstrap, topics.inbound_topic("i2", prefix))
+    assert [decode_message(v)["conversation_id"] for _, v in sent] == ["c2"]
