@@ -201,3 +201,37 @@ def test_a_router_killed_mid_stream_resumes_and_loses_nothing(
     assert set(far) == set(sent) - set(audit)
     # The conversations' kept choices are in Spark's state store, saved with the query's checkpoint.
     assert (tmp_path / "checkpoint" / "query" / "state").is_dir()
+
+
+def test_sigterm_stops_the_router_between_micro_batches(
+    kafka_bootstrap: str,
+    prefix: str,
+    settings_file: Path,
+    started: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    """SIGTERM to the router's process (as `docker stop` sends it) stops it as Ctrl-C does: exit 0."""
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for n in range(50):
+        record = new_message_record(
+            message_id=f"t{n}",
+            conversation_id=f"t{n}",
+            sequence_number=0,
+            to_service="Audit",
+            from_service="InitiatorService",
+            origin_database="AW",
+            enqueued_at=datetime.now(timezone.utc),
+            body=b"<x/>",
+        )
+        producer.produce(topics.outbound_topic("i1", prefix), value=encode_message(record))
+    assert producer.flush(60) == 0
+    log = tmp_path / "router.log"
+    router = start_router(settings_file, log, started)
+    names = destinations(prefix)
+    wait_for(lambda: written(kafka_bootstrap, names) >= 50, 180, "the 50 messages routed", router, log)
+    router.send_signal(signal.SIGTERM)
+    assert router.wait(120) == 0, log.read_text()[-3000:]
+    output = log.read_text()
+    assert "SIGTERM: stopping after the micro-batch in flight" in output
+    assert "stopped between micro-batches" in output and "50 messages routed" in output, output[-2000:]
+    assert "Traceback" not in output and "Exception" not in output, output[-3000:]
