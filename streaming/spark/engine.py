@@ -712,8 +712,12 @@ def _choose(p: str, keep: Column, remote: Column) -> Stages:
     located = F.when(
         locate_bid.isNull(), F.when(F.array_contains(hosts, origin), origin).otherwise(F.get(hosts, 0))
     ).otherwise(F.try_element_at(F.col("h_by_bid"), locate_bid))
-    transport = F.nullif(F.regexp_extract(F.col("service"), _TRANSPORT_PREFIX, 1), F.lit(""))
     size = {t: _count(tiers[f"c{t}"]) for t in TIERS}
+    # Only where a TRANSPORT route is a candidate: the regular expression is the costliest step.
+    transport = F.when(
+        size[TIER_TRANSPORT] > 0,
+        F.nullif(F.regexp_extract(F.col("service"), _TRANSPORT_PREFIX, 1), F.lit("")),
+    )
     best = F.col(f"{p}best")
     candidates = F.col(f"{p}candidates")
 
