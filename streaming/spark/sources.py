@@ -24,6 +24,7 @@ from pyspark.sql.avro.functions import from_avro
 
 from streaming import topics
 from streaming.config import Settings
+from streaming.errors import RouterError
 from streaming.kafka.avro import schema_json
 from streaming.rules.model import Instance
 from streaming.spark.engine import KEPT_COLUMNS
@@ -104,6 +105,7 @@ def write_options(settings: Settings) -> dict[str, str]:
 def input_stream(spark: SparkSession, settings: Settings, topology: Topology) -> DataFrame:
     """The query's rows as the state processor leaves them (see the module docstring)."""
     t = topology
+    register_functions(spark)
     messages = _kafka(spark, settings, [t.outbound, t.inbound], limit=True)
     tick = _tick(spark).where(F.lit(False))  # it only makes micro-batches run
     decoded = decode(messages.unionByName(tick), topology)
@@ -116,6 +118,19 @@ def input_stream(spark: SparkSession, settings: Settings, topology: Topology) ->
     if settings.keep_choice_s > 0:
         rows = rows.unionByName(as_choices(_kafka(spark, settings, [t.choices], limit=False), decoded))
     return apply_state(rows, settings.keep_choice_s, t.instance.retry_s)
+
+
+TRAILING_BYTES = "router_trailing_bytes"
+"""SQL function: the bytes a value holds after one Avro `router.v1.Message` (`router.avro.TrailingBytes`)."""
+
+
+def register_functions(spark: SparkSession) -> None:
+    """Register the router's JVM SQL functions with the session (`TRAILING_BYTES`)."""
+    jvm = spark._jvm
+    if jvm is None:
+        raise RouterError("the router's SQL functions need a classic SparkSession (a JVM), not Spark Connect")
+    udf = jvm.router.avro.TrailingBytes(schema_json("message"))
+    spark._jsparkSession.udf().register(TRAILING_BYTES, udf, spark._jsparkSession.parseDataType('"integer"'))
 
 
 def _kafka(
@@ -214,6 +229,14 @@ def decode(records: DataFrame, topology: Topology, passed: tuple[str, ...] = ())
             | rec["to_service"].isNull()
             | rec["enqueued_at"].isNull(),
             F.lit("value does not decode as Avro router.v1.Message"),
+        )
+        .when(
+            F.call_function(TRAILING_BYTES, F.col("value")) > 0,
+            F.concat(
+                F.lit("value holds "),
+                F.call_function(TRAILING_BYTES, F.col("value")).cast("string"),
+                F.lit(" bytes after its Avro router.v1.Message (a record must be exactly one message)"),
+            ),
         )
         .when(F.length(rec["to_service"]) == 0, F.lit("to_service is empty"))
         .when(

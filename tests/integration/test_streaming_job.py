@@ -170,15 +170,17 @@ def test_malformed_records_are_dead_lettered_and_the_query_goes_on(spark, kafka_
             ("bad2", message("bad2", "Audit", origin="NoSuchDatabase")),
             ("c2", message("c2", "Audit", n=0)),
             ("long", message("long", "S" * 257)),  # longer than a service name can be
+            ("junk", message("junk", "Audit") + b"junk"),  # one whole message, then more bytes
         ],
     )
     job = replay(spark, kafka_bootstrap, prefix, tmp_path)
-    assert (job.routed, job.totals.dead_lettered) == (2, 3)
+    assert (job.routed, job.totals.dead_lettered) == (2, 4)
     dead = read_all(kafka_bootstrap, topics.deadletter_topic("i1", prefix))
     errors = sorted(h["error"] for h, _ in dead)
     assert errors[0].startswith("origin_database is not a database of this instance: NoSuchDatabase")
     assert errors[1].startswith("to_service is longer than 256 characters")
     assert errors[2] == "value does not decode as Avro router.v1.Message"
+    assert errors[3].startswith("value holds 4 bytes after its Avro router.v1.Message"), errors[3]
     assert all(h["source_topic"] == topics.outbound_topic("i1", prefix) for h, _ in dead)
     assert dead[0][1] is not None  # the original bytes are kept for redrive
     delivered = read_all(kafka_bootstrap, topics.queue_topic("i1", "AW", "Audit", prefix))
