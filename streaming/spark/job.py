@@ -29,6 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from streaming import topics
 from streaming.config import Settings
 from streaming.errors import ConfigError, RouterError
 from streaming.kafka.admin import create_destination_topics, end_offsets, ensure_topics
+from streaming.kafka.client_log import collapse_outages
 from streaming.rules.model import normalize_address
 from streaming.spark.batch import BatchMetrics, BatchPlan
 from streaming.spark.checkpoint import drop_uncommitted_batch, logged_batches
@@ -135,6 +137,7 @@ class RouterJob:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._counter: Any = None
+        self._outage = collapse_outages()
         if count_jobs and spark._jvm is not None:
             self._counter = spark._jvm.router.metrics.BatchJobs.install(spark._jsc.sc())
 
@@ -303,15 +306,9 @@ class RouterJob:
             if self._counter is not None:
                 jobs, stages, _, _ = self._counter.take(str(query.id), batch_id)
             t = self.topology
-            report = BatchReport(
-                report.batch_id,
-                report.metrics,
-                report.seconds,
-                report.snapshot,
-                lag(progress, {t.outbound, t.inbound}),
-                jobs,
-                stages,
-            )
+            report = replace(report, lag=lag(progress, {t.outbound, t.inbound}), jobs=jobs, stages=stages)
+            # The batch was written: Kafka answered what it asked since it began.
+            self._outage.answered(log, report.started)
             if on_batch is not None:
                 on_batch(report)
             log.info("%s", report.line())
@@ -366,7 +363,7 @@ class RouterJob:
         self.requests.asked(metrics.requests, now_ms)
         self._warn_unavailable(metrics)
         self.totals.add(metrics)
-        report = BatchReport(batch_id, metrics, time.monotonic() - started, snapshot.version)
+        report = BatchReport(batch_id, metrics, time.monotonic() - started, snapshot.version, started=started)
         with self._lock:
             self._reports[batch_id] = report
 

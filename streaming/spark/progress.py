@@ -31,6 +31,8 @@ class BatchReport:
     jobs: int | None = None
     """Spark jobs the batch ran (`router.metrics.BatchJobs`), when counted."""
     stages: int | None = None
+    started: float = 0.0
+    """When the batch began (time.monotonic)."""
 
     def line(self) -> str:
         """The batch's progress line."""

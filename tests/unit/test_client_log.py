@@ -1,0 +1,50 @@
+"""Issue 15: a broker outage shows as one line when it starts and one when Kafka answers again."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from streaming.kafka.client_log import LIBRDKAFKA_LOGGER, OutageLog
+
+REFUSED = "127.0.0.1:19092/bootstrap: Connect to ipv4#127.0.0.1:19092 failed: Connection refused"
+
+
+@pytest.fixture
+def outage(caplog: pytest.LogCaptureFixture) -> OutageLog:
+    log = logging.getLogger(f"{LIBRDKAFKA_LOGGER}.test")
+    outage = OutageLog()
+    log.addFilter(outage)
+    caplog.set_level(logging.INFO)
+    return outage
+
+
+def test_an_outage_is_one_line_and_its_repeats_are_held_back(
+    outage: OutageLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = logging.getLogger(f"{LIBRDKAFKA_LOGGER}.test")
+    asked_before = time.monotonic()
+    for _ in range(50):
+        log.warning(REFUSED)
+    log.warning("some other client line")
+    lines = [record.getMessage() for record in caplog.records]
+    assert lines == [
+        f"Kafka unreachable: {REFUSED} (its clients' repeats are held back until it answers)",
+        "some other client line",
+    ]
+    # A batch that began before the outage says nothing about whether Kafka is back.
+    outage.answered(log, asked_before)
+    assert len(caplog.records) == 2
+    outage.answered(log, time.monotonic())
+    assert caplog.records[-1].getMessage().startswith("Kafka reachable again after ")
+    assert caplog.records[-1].getMessage().endswith("(49 repeated client line(s) held back)")
+    # Over: the next refusal starts a new outage and is shown.
+    log.warning(REFUSED)
+    assert caplog.records[-1].getMessage().startswith("Kafka unreachable: ")
+
+
+def test_without_an_outage_answered_says_nothing(outage: OutageLog, caplog: pytest.LogCaptureFixture) -> None:
+    outage.answered(logging.getLogger(LIBRDKAFKA_LOGGER), time.monotonic())
+    assert caplog.records == []
