@@ -19,6 +19,9 @@ from streaming.jars import router_state_jar, spark_connector_jars
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
+AVRO_FIELD_MAX_BYTES = 64 * 1024 * 1024
+"""The longest string or bytes field (a message body included) the job decodes: 64 MiB."""
+
 JVM_OPTIONS = " ".join(
     [
         # The decision is one whole-stage-generated method per stage, far larger than the 8,000
@@ -34,6 +37,12 @@ JVM_OPTIONS = " ".join(
         # per batch after such a fall-back, 1.2-1.4 s without.
         "-XX:PerMethodTrapLimit=0",
         "-XX:PerBytecodeTrapLimit=0",
+        # Avro allocates a string or bytes field at the length the record declares before reading
+        # it: a few garbage bytes can declare 2 GB and end the JVM (OutOfMemoryError). Past this
+        # length a value is undecodable and dead-lettered instead.
+        f"-Dorg.apache.avro.limits.string.maxLength={AVRO_FIELD_MAX_BYTES}",
+        f"-Dorg.apache.avro.limits.bytes.maxLength={AVRO_FIELD_MAX_BYTES}",
+        f"-Dorg.apache.avro.limits.collectionItems.maxLength={AVRO_FIELD_MAX_BYTES}",
     ]
 )
 """JVM flags for the driver and executors, for the router's wide generated code."""
