@@ -10,26 +10,20 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
+from processes import new_namespace, read_outcome, start_router, stop, wait_for, written
 
 from streaming import topics
-from streaming.kafka.admin import end_offsets, ensure_topics
-from streaming.kafka.avro import decode_message, encode_message, new_message_record
+from streaming.kafka.avro import encode_message, new_message_record
 from streaming.rules.model import Database, Instance, Route, normalize_address
-from streaming.tables.topic_io import publish_catalogs, put_route
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = 6000
 AW = Database("AW", "0a0a0a0a-0000-0000-0000-000000000001", True, ("InitiatorService", "Audit"))
 MSDB = Database("msdb", "0d0d0d0d-0000-0000-0000-000000000001", True, ())
@@ -50,43 +44,17 @@ def destinations(prefix: str) -> list[str]:
 
 def routed_ids(bootstrap: str, names: list[str]) -> Counter[str]:
     """How many times each message id was written to the destination topics."""
-    seen: Counter[str] = Counter()
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"crash-{uuid.uuid4()}"})
-    try:
-        for name in names:
-            ends = end_offsets(bootstrap, name)
-            total = sum(ends.values())
-            consumer.assign([TopicPartition(name, p, 0) for p in ends])
-            read = 0
-            while read < total:
-                msg = consumer.poll(10.0)
-                if msg is None:
-                    raise AssertionError(f"{name}: read {read} of {total} records before timing out")
-                if msg.error():
-                    continue
-                read += 1
-                seen[decode_message(msg.value())["message_id"]] += 1
-    finally:
-        consumer.close()
-    return seen
-
-
-def written(bootstrap: str, names: list[str]) -> int:
-    return sum(sum(end_offsets(bootstrap, name).values()) for name in names)
+    return read_outcome(bootstrap, names).ids(*names)
 
 
 @pytest.fixture
 def prefix(kafka_bootstrap: str) -> str:
-    name = f"crash{uuid.uuid4().hex[:8]}"
-    publish_catalogs(kafka_bootstrap, [I1], topics.catalogs_topic(name))
-    for route in (
+    routes = (
         Route("AW", "AutoCreatedLocal", "LOCAL"),
         Route("msdb", "AutoCreatedLocal", "LOCAL"),
         *(Route("AW", f"Far{n}", address, service="Far") for n, address in enumerate(FAR)),
-    ):
-        put_route(kafka_bootstrap, route, topics.routes_topic(name))
-    ensure_topics(kafka_bootstrap, destinations(name))
-    return name
+    )
+    return new_namespace(kafka_bootstrap, "crash", I1, routes, destinations)
 
 
 @pytest.fixture
@@ -98,43 +66,6 @@ def settings_file(tmp_path: Path, kafka_bootstrap: str, prefix: str) -> Path:
         encoding="utf-8",
     )
     return path
-
-
-@pytest.fixture
-def started() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """The router processes a test starts; any still running at the end are killed."""
-    processes: list[subprocess.Popen[bytes]] = []
-    yield processes
-    for process in processes:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(30)
-
-
-def start_router(
-    settings: Path, log: Path, processes: list[subprocess.Popen[bytes]]
-) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streaming.cli", "run", "--config", str(settings)],
-        cwd=ROOT,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group: SIGKILL reaches the JVM too
-    )
-    processes.append(process)
-    return process
-
-
-def wait_for(condition, timeout_s: float, what: str, process: subprocess.Popen[bytes], log: Path) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if process.poll() is not None:
-            raise AssertionError(
-                f"the router exited ({process.returncode}) before {what}:\n{log.read_text()[-3000:]}"
-            )
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {timeout_s} s:\n{log.read_text()[-3000:]}")
-        time.sleep(0.5)
 
 
 def test_a_router_killed_mid_stream_resumes_and_loses_nothing(
@@ -187,9 +118,7 @@ def test_a_router_killed_mid_stream_resumes_and_loses_nothing(
     )
     # Ctrl-C (SIGINT to the process group, as a terminal sends it): the batch in flight finishes,
     # no other starts, and the process says so and exits 0, with no Java error on the way.
-    os.killpg(second.pid, signal.SIGINT)
-    assert second.wait(120) == 0, log.read_text()[-3000:]
-    output = log.read_text()
+    output = stop(second, log)
     assert "stopped between micro-batches" in output
     assert "StackOverflowError" not in output and "Traceback" not in output, output[-3000:]
 

@@ -1,0 +1,146 @@
+"""What the end-to-end and fault tests share: `router run` as a child process, and reading back.
+
+A router is started as `python -m streaming.cli run --config FILE` in a process group of its own (so
+that SIGKILL and SIGINT reach its JVM too), its output appended to a log file. `Outcome` reads every
+record of a set of topics back and says, per message id, where it went and how many times.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+from streaming import topics
+from streaming.kafka.admin import cluster_metadata, end_offsets, ensure_topics
+from streaming.kafka.avro import MalformedRecord, decode_message
+from streaming.rules.model import Instance, Route
+from streaming.tables.topic_io import publish_catalogs, put_route
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def new_namespace(
+    bootstrap: str,
+    label: str,
+    instance: Instance,
+    routes: Iterable[Route],
+    created: Callable[[str], list[str]],
+) -> str:
+    """A fresh topic prefix `label` + 8 hex digits holding `instance`'s catalog and `routes`, with
+    the topics `created(prefix)` names made (two partitions each)."""
+    prefix = f"{label}{uuid.uuid4().hex[:8]}"
+    publish_catalogs(bootstrap, [instance], topics.catalogs_topic(prefix))
+    for route in routes:
+        put_route(bootstrap, route, topics.routes_topic(prefix))
+    ensure_topics(bootstrap, created(prefix), partitions=2)
+    return prefix
+
+
+def start_router(
+    settings: Path, log: Path, processes: list[subprocess.Popen[bytes]]
+) -> subprocess.Popen[bytes]:
+    """Start `router run --config settings`; it is appended to `processes` (killed by the fixture)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streaming.cli", "run", "--config", str(settings)],
+        cwd=ROOT,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: SIGKILL reaches the JVM too
+    )
+    processes.append(process)
+    return process
+
+
+def kill(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL to the router's whole process group, as a crash or `kill -9` ends it."""
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
+
+
+def stop(process: subprocess.Popen[bytes], log: Path, sig: int = signal.SIGINT) -> str:
+    """`sig` to the router's process group, as a terminal's Ctrl-C (or a service manager's SIGTERM)
+    sends it; the router must exit 0 within two minutes. Returns its log."""
+    os.killpg(process.pid, sig)
+    code = process.wait(120)
+    output = log.read_text(errors="replace")
+    assert code == 0, output[-3000:]
+    return output
+
+
+def wait_for(
+    condition: Callable[[], object], timeout_s: float, what: str, process: subprocess.Popen[bytes], log: Path
+) -> None:
+    """Poll `condition` until it holds; fail with the router's log when it exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if process.poll() is not None:
+            raise AssertionError(
+                f"the router exited ({process.returncode}) before {what}:\n{log.read_text()[-3000:]}"
+            )
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {timeout_s} s:\n{log.read_text()[-3000:]}")
+        time.sleep(0.5)
+
+
+def written(bootstrap: str, names: Iterable[str]) -> int:
+    """Records the topics hold (their end offsets); a topic not created yet holds none."""
+    found = cluster_metadata(bootstrap).topics
+    return sum(sum(end_offsets(bootstrap, name).values()) for name in names if name in found)
+
+
+@dataclass
+class Outcome:
+    """Where each message went: per topic, how many times each message id was written there."""
+
+    by_topic: dict[str, Counter[str]] = field(default_factory=dict)
+    undecodable: dict[str, list[bytes]] = field(default_factory=lambda: defaultdict(list))
+    """Per topic, the values that do not decode as messages (the dead-letter topic's, say)."""
+
+    def ids(self, *names: str) -> Counter[str]:
+        """How many times each id was written to any of `names`."""
+        total: Counter[str] = Counter()
+        for name in names:
+            total.update(self.by_topic.get(name, Counter()))
+        return total
+
+
+def read_outcome(bootstrap: str, names: Iterable[str]) -> Outcome:
+    """Every record of `names` up to their end offsets now."""
+    outcome = Outcome()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}"})
+    try:
+        found = cluster_metadata(bootstrap).topics
+        for name in names:
+            seen: Counter[str] = Counter()
+            outcome.by_topic[name] = seen
+            if name not in found:
+                continue
+            ends = end_offsets(bootstrap, name)
+            total = sum(ends.values())
+            consumer.assign([TopicPartition(name, p, 0) for p in ends])
+            read = 0
+            while read < total:
+                batch = consumer.consume(num_messages=10_000, timeout=10.0)
+                if not batch:
+                    raise AssertionError(f"{name}: read {read} of {total} records before timing out")
+                for msg in batch:
+                    if msg.error():
+                        continue
+                    read += 1
+                    try:
+                        seen[decode_message(msg.value())["message_id"]] += 1
+                    except MalformedRecord:  # not a message (a dead letter's original bytes)
+                        outcome.undecodable[name].append(msg.value() or b"")
+    finally:
+        consumer.close()
+    return outcome
