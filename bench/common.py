@@ -39,6 +39,7 @@ AW = Database("AW", "0a0a0a0a-0000-0000-0000-000000000001", True, ("Local0", "Lo
 MSDB = Database("msdb", "0d0d0d0d-0000-0000-0000-000000000001", True, ())
 I1 = Instance("i1", "TCP://i1:4022", (AW, MSDB), retry_s=3600.0)
 ADDRESSES = 8  # distinct next hops, so the router writes to as many network topics
+LATE_SERVICES = 4  # services no route names until `late_routes` are written
 PARTITIONS = 2
 BODY = b"x" * 200
 PRODUCER_TUNING = {
@@ -134,18 +135,28 @@ def message_id(value: bytes | None) -> str:
 
 
 def message_values(
-    count: int, services: int, *, seed: int = 7, tag: str = "", first: int = 0
+    count: int, services: int, *, seed: int = 7, tag: str = "", first: int = 0, late: float = 0.0
 ) -> Iterator[tuple[bytes, bytes]]:
     """(key, value) of `count` messages: to the services that have routes (90%) and local ones (10%).
 
     Message `n` (from `first`) has id `{tag}m{n}` in conversation `{tag}c{n // 4}`; `tag` keeps
-    the ids of two loads on one namespace apart.
+    the ids of two loads on one namespace apart. A conversation is a dialog with one target
+    service, as in Service Broker: its four messages go to the same service, drawn for it. A
+    share `late` of the conversations go to services no route names (`LATE_SERVICES`): they are
+    delayed until routes for those services are written (`late_routes`).
     """
-    rng = random.Random(seed)
     now = datetime.now(timezone.utc)
     for n in range(first, first + count):
-        conversation = f"{tag}c{n // 4}"
-        service = f"Local{n % 2}" if rng.random() < 0.1 else f"Svc{rng.randrange(max(1, services))}"
+        c = n // 4
+        conversation = f"{tag}c{c}"
+        rng = random.Random(seed * 1_000_003 + c)
+        draw = rng.random()
+        if draw < late:
+            service = f"Late{c % LATE_SERVICES}"
+        elif draw < late + 0.1:
+            service = f"Local{c % 2}"
+        else:
+            service = f"Svc{rng.randrange(max(1, services))}"
         record = new_message_record(
             message_id=f"{tag}m{n}",
             conversation_id=conversation,
@@ -173,8 +184,10 @@ def lone_message(ident: str, service: str, database: str = AW.name) -> tuple[byt
     return ident.encode(), encode_fast(record)
 
 
-def produce_messages(bootstrap: str, topic: str, count: int, services: int, seed: int = 7) -> None:
-    """Messages to the services that have routes (90%) and to local services (10%)."""
+def produce_messages(
+    bootstrap: str, topic: str, count: int, services: int, seed: int = 7, late: float = 0.0
+) -> None:
+    """Messages to the services that have routes, to local services (10%), and late ones (`late`)."""
     ensure_topics(bootstrap, [topic], partitions=PARTITIONS)
     producer = Producer(
         {
@@ -185,20 +198,30 @@ def produce_messages(bootstrap: str, topic: str, count: int, services: int, seed
             "queue.buffering.max.messages": 500000,
         }
     )
-    for n, (key, value) in enumerate(message_values(count, services, seed=seed)):
+    for n, (key, value) in enumerate(message_values(count, services, seed=seed, late=late)):
         producer.produce(topic, key=key, value=value)
         if n % 10000 == 0:
             producer.poll(0)
     producer.flush(300)
 
 
-def prepare(bootstrap: str, prefix: str, routes: int, messages: int, instance: Instance = I1) -> str:
+def prepare(
+    bootstrap: str, prefix: str, routes: int, messages: int, instance: Instance = I1, late: float = 0.0
+) -> str:
     """A fresh topic namespace with the catalog, routes and messages; return its outbound topic."""
     publish_catalogs(bootstrap, [instance], topics.catalogs_topic(prefix))
     produce_routes(bootstrap, prefix, routes_for(routes))
     outbound = topics.outbound_topic(instance.name, prefix)
-    produce_messages(bootstrap, outbound, messages, services=max(1, routes - 2))
+    produce_messages(bootstrap, outbound, messages, services=max(1, routes - 2), late=late)
     return outbound
+
+
+def late_routes() -> list[Route]:
+    """Routes for the late services of `message_values`: written to release what was delayed."""
+    return [
+        Route("AW", f"LateRoute{i}", f"TCP://late{i}.example:4022", service=f"Late{i}")
+        for i in range(LATE_SERVICES)
+    ]
 
 
 # --- producing -----------------------------------------------------------------------------------

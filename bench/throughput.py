@@ -1,59 +1,58 @@
-"""Routing throughput against a Kafka-to-Kafka pass-through, measured in one run.
+"""Routing throughput against a Kafka-to-Kafka pass-through, on the same records.
 
 usage: python -m bench.throughput [--messages N] [--routes 10,1000,100000] [--per-batch N]
-                                  [--bootstrap HOST:PORT] [--out bench/RESULTS.md]
+                                  [--bootstrap HOST:PORT]
 
 For each route-table size it loads a fresh topic namespace with that many routes, produces N
 messages (produced beforehand, not timed) to instance i1's outbound topic, and times two Spark
-Structured Streaming queries over the same records with Trigger.AvailableNow on one SparkSession:
+Structured Streaming queries over the same records on one SparkSession, both in micro-batches of
+at most `--per-batch` records:
 
-* pass-through: Kafka source -> from_avro -> to_avro -> Kafka sink, everything to one topic;
-* router: the router job (`RouterJob`), which decodes, decides against the broadcast route
-  snapshot and writes every message to its destination topic with decision headers.
+* pass-through: Kafka source -> from_avro -> to_avro -> Kafka sink, everything to one topic
+  (Trigger.AvailableNow);
+* router: the router job (`RouterJob.replay`), which decodes, keeps the conversations' memory,
+  decides against the broadcast route snapshot and writes every message to its destination topic
+  with decision headers. A listener counts the Spark jobs and stages of each micro-batch.
 
-A first, unmeasured run of both warms the JVM up. Rates are messages per second of query time
-(start to termination). The ratios are what the run reports: router / pass-through per table size,
-the router's time with the largest table over its time with the smallest, and the router's time
-with conversations' route choices kept (K2, the default) over its time without, per table size.
-Without --bootstrap it starts the embedded broker on a free port.
+A first, unmeasured run of both warms the JVM up. Rates are messages per second of query time.
+`run_delayed` times the router on records of which a share of the conversations has no route until
+routes are written, and `bench.run` gathers everything into bench/RESULTS.md. Without --bootstrap
+it starts the embedded broker on a free port.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shutil
-import subprocess
+import statistics
 import tempfile
 import time
-from contextlib import ExitStack
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 
-from bench.common import kafka, new_prefix, prepare
-from streaming.config import load_settings
+from bench.common import I1, kafka, late_routes, new_prefix, prepare, progress
+from streaming import topics
+from streaming.config import Settings, load_settings
 from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import schema_json
 from streaming.spark.job import RouterJob
+from streaming.spark.progress import BatchReport
 from streaming.spark.session import build_session
+from streaming.tables.topic_io import put_route
 
 WARM_UP = 50_000  # messages of the unmeasured first run
 
 
-@dataclass
+@dataclass(frozen=True)
 class Measurement:
     routes: int
     passthrough_s: float
-    router_s: float
     messages: int
-    unkept_s: float
-    """The router's time with conversations' choices not kept (keep_choice_s 0)."""
+    router: RouterRun
 
     @property
     def passthrough_rate(self) -> float:
@@ -61,7 +60,7 @@ class Measurement:
 
     @property
     def router_rate(self) -> float:
-        return self.messages / self.router_s
+        return self.messages / self.router.seconds
 
 
 def run_passthrough(
@@ -91,38 +90,132 @@ def run_passthrough(
     return time.monotonic() - started
 
 
-def run_router(
-    spark: SparkSession, bootstrap: str, prefix: str, checkpoint: Path, per_batch: int, keep_choices: bool
-) -> tuple[float, int]:
-    settings = load_settings(
+@dataclass(frozen=True)
+class RouterRun:
+    """One timed `RouterJob.replay`: its time, what it routed, and the Spark work of its batches."""
+
+    seconds: float
+    routed: int
+    released: int
+    batches: tuple[BatchReport, ...]
+
+    @property
+    def full_batches(self) -> list[BatchReport]:
+        """The batches that read at least half of the largest batch's records (not the tail)."""
+        most = max((b.metrics.records for b in self.batches), default=0)
+        return [b for b in self.batches if most and b.metrics.records >= most / 2]
+
+    def jobs_per_batch(self) -> tuple[float, float]:
+        """Median Spark jobs and stages of the full batches."""
+        full = self.full_batches
+        jobs = [b.jobs for b in full if b.jobs is not None]
+        stages = [b.stages for b in full if b.stages is not None]
+        return (
+            statistics.median(jobs) if jobs else float("nan"),
+            statistics.median(stages) if stages else float("nan"),
+        )
+
+
+def router_settings(
+    bootstrap: str, prefix: str, checkpoint: Path, per_batch: int, **extra: object
+) -> Settings:
+    """The benchmark's router settings for instance i1 on `prefix`."""
+    return load_settings(
         None,
-        instance="i1",
+        instance=I1.name,
         bootstrap=bootstrap,
         topic_prefix=prefix,
         checkpoint_dir=str(checkpoint),
         max_offsets_per_trigger=per_batch,
-        keep_choice_s=3600 if keep_choices else 0,
+        **extra,
     )
-    job = RouterJob(spark, settings)  # loads the route snapshot before the clock starts
+
+
+def run_router(spark: SparkSession, settings: Settings) -> RouterRun:
+    """Replay what the namespace holds with a new `RouterJob`, timed once it has read the routes."""
+    job = RouterJob(spark, settings, count_jobs=True)
+    reports: list[BatchReport] = []
     started = time.monotonic()
-    job.replay()
-    return time.monotonic() - started, job.routed
+    job.replay(on_batch=reports.append)
+    seconds = time.monotonic() - started
+    job.close()
+    return RouterRun(seconds, job.routed, job.totals.released, tuple(reports))
 
 
-def machine() -> str:
-    mem = ""
-    try:
-        kb = int(next(line for line in open("/proc/meminfo") if line.startswith("MemTotal")).split()[1])
-        mem = f", {kb / 1024 / 1024:.0f} GiB"
-    except (OSError, StopIteration, ValueError):
-        pass
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
-    import pyspark
+@dataclass(frozen=True)
+class DelayedRun:
+    """The router on records of which a share of the conversations is delayed, then released."""
 
-    return (
-        f"{os.cpu_count()} cores{mem}; {platform.platform()}; Python {platform.python_version()}; "
-        f"pyspark {pyspark.__version__} (local[2]); Kafka 4.1.1 (embedded, KRaft); {java}"
-    )
+    messages: int
+    delayed: int
+    first: RouterRun
+    """The replay that routes everything and delays the late conversations."""
+    release: RouterRun
+    """The replay, once they are due and routes for them exist, that releases them (D2)."""
+
+    @property
+    def seconds(self) -> float:
+        """Router time of both replays (not the wait for the retry in between)."""
+        return self.first.seconds + self.release.seconds
+
+
+def run_delayed(
+    spark: SparkSession,
+    bootstrap: str,
+    folder: Path,
+    messages: int,
+    per_batch: int,
+    late: float,
+    retry_s: float,
+) -> DelayedRun:
+    """Route `messages` of which `late` of the conversations have no route; add routes; release them."""
+    prefix = new_prefix()
+    instance = replace(I1, retry_s=retry_s)
+    prepare(bootstrap, prefix, 10, messages, instance=instance, late=late)
+    settings = router_settings(bootstrap, prefix, folder / f"{prefix}-delayed", per_batch)
+    first = run_router(spark, settings)
+    delayed = first.batches and sum(b.metrics.outcomes.get("delayed", 0) for b in first.batches)
+    progress(f"bench: delayed {delayed:,} of {messages:,}; writing their routes, waiting {retry_s:g} s")
+    routes_topic = topics.routes_topic(prefix)
+    for route in late_routes():
+        put_route(bootstrap, route, routes_topic)
+    time.sleep(retry_s)
+    release = run_router(spark, settings)
+    if release.released < delayed:
+        progress(f"bench: released {release.released:,} of {delayed:,} delayed messages")
+    return DelayedRun(messages, int(delayed or 0), first, release)
+
+
+def measure_throughput(
+    spark: SparkSession, bootstrap: str, folder: Path, sizes: list[int], messages: int, per_batch: int
+) -> list[Measurement]:
+    """Pass-through and router on the same records, per route-table size, after a warm-up of both."""
+    # Warm-up, not measured: the first queries of a JVM run up to twice as slow (class loading,
+    # JIT), which would weigh on whichever query came first.
+    prefix = new_prefix()
+    outbound = prepare(bootstrap, prefix, 10, WARM_UP)
+    progress(f"bench: warming up with {WARM_UP:,} messages")
+    run_passthrough(spark, bootstrap, outbound, f"{prefix}.passthrough", folder / f"{prefix}-pt", per_batch)
+    run_router(spark, router_settings(bootstrap, prefix, folder / f"{prefix}-router", per_batch))
+    results = []
+    for count in sizes:
+        prefix = new_prefix()
+        outbound = prepare(bootstrap, prefix, count, messages)
+        progress(f"bench: {count:,} routes: produced {messages:,} messages; running the pass-through")
+        passthrough_s = run_passthrough(
+            spark, bootstrap, outbound, f"{prefix}.passthrough", folder / f"{prefix}-pt", per_batch
+        )
+        progress(f"bench: {count:,} routes: pass-through {passthrough_s:.1f}s; running the router")
+        router = run_router(spark, router_settings(bootstrap, prefix, folder / f"{prefix}-router", per_batch))
+        if router.routed != messages:
+            raise SystemExit(f"bench: the router routed {router.routed:,} of {messages:,} messages")
+        m = Measurement(count, passthrough_s, messages, router)
+        results.append(m)
+        progress(
+            f"bench: {count:,} routes: pass-through {m.passthrough_rate:,.0f} msg/s, "
+            f"router {m.router_rate:,.0f} msg/s, ratio {m.router_rate / m.passthrough_rate:.2f}"
+        )
+    return results
 
 
 def main() -> None:
@@ -138,100 +231,22 @@ def main() -> None:
         help="most records per micro-batch, for both queries (default 100000)",
     )
     parser.add_argument("--bootstrap")
-    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("RESULTS.md"))
     args = parser.parse_args()
     sizes = [int(s) for s in args.routes.split(",")]
-
-    state = Path(tempfile.mkdtemp(prefix="router-bench-"))
-    with ExitStack() as stack:
-        stack.callback(shutil.rmtree, state, ignore_errors=True)
-        bootstrap = stack.enter_context(kafka(args.bootstrap))
+    folder = Path(tempfile.mkdtemp(prefix="router-bench-"))
+    try:
+        with kafka(args.bootstrap) as bootstrap:
+            spark = build_session("router-bench")
+            results = measure_throughput(spark, bootstrap, folder, sizes, args.messages, args.per_batch)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    for m in results:
+        jobs, stages = m.router.jobs_per_batch()
         print(
-            f"bench: broker {bootstrap}; {args.messages} messages per run; route tables {sizes}", flush=True
+            f"{m.routes:>7,} routes: pass-through {m.passthrough_rate:>8,.0f} msg/s, router "
+            f"{m.router_rate:>8,.0f} msg/s ({m.router_rate / m.passthrough_rate:.2f}); "
+            f"{jobs:g} jobs, {stages:g} stages per micro-batch"
         )
-        spark = build_session("router-bench")
-        # Warm-up, not measured: the first queries of a JVM run up to twice as slow (class
-        # loading, JIT), which would weigh on whichever query came first.
-        prefix = new_prefix()
-        outbound = prepare(bootstrap, prefix, 10, WARM_UP)
-        print(f"bench: warming up with {WARM_UP:,} messages", flush=True)
-        run_passthrough(
-            spark, bootstrap, outbound, f"{prefix}.passthrough", state / f"{prefix}-pt", args.per_batch
-        )
-        run_router(spark, bootstrap, prefix, state / f"{prefix}-router", args.per_batch, keep_choices=True)
-        results = []
-        for count in sizes:
-            prefix = new_prefix()
-            outbound = prepare(bootstrap, prefix, count, args.messages)
-            print(f"bench: {count} routes: produced; running the pass-through", flush=True)
-            passthrough_s = run_passthrough(
-                spark, bootstrap, outbound, f"{prefix}.passthrough", state / f"{prefix}-pt", args.per_batch
-            )
-            print(f"bench: {count} routes: pass-through {passthrough_s:.1f}s; running the router", flush=True)
-            router_s, routed = run_router(
-                spark, bootstrap, prefix, state / f"{prefix}-router", args.per_batch, keep_choices=True
-            )
-            if routed != args.messages:
-                raise SystemExit(f"bench: the router routed {routed} of {args.messages} messages")
-            print(f"bench: {count} routes: router {router_s:.1f}s; again without kept choices", flush=True)
-            unkept_s, _ = run_router(
-                spark, bootstrap, prefix, state / f"{prefix}-unkept", args.per_batch, keep_choices=False
-            )
-            m = Measurement(count, passthrough_s, router_s, args.messages, unkept_s)
-            results.append(m)
-            print(
-                f"bench: {count} routes: pass-through {m.passthrough_rate:,.0f} msg/s, "
-                f"router {m.router_rate:,.0f} msg/s, ratio {m.router_rate / m.passthrough_rate:.2f}",
-                flush=True,
-            )
-        report = render(results, args.messages, args.per_batch)
-        args.out.write_text(report, encoding="utf-8")
-        print(report)
-
-
-def render(results: list[Measurement], messages: int, per_batch: int) -> str:
-    batches = -(-messages // per_batch)
-    lines = [
-        "# Routing throughput",
-        "",
-        f"Measured {datetime.now(timezone.utc):%Y-%m-%d} by `make bench` (`python -m bench.throughput`), "
-        "in one run.",
-        f"Machine: {machine()}.",
-        "",
-        f"Each row: {messages:,} messages (90% to services named by routes, 10% to local services),",
-        "produced beforehand to two partitions, then routed with Trigger.AvailableNow on one SparkSession",
-        f"in {batches} micro-batch(es) of at most {min(per_batch, messages):,} records (both queries).",
-        "Pass-through: Kafka source, from_avro, to_avro, Kafka sink, all to one topic.",
-        "Router: the router job (decode, decide against the broadcast snapshot, write to each",
-        "destination topic with decision headers). Rate = messages / query time.",
-        "",
-        "| routes | pass-through msg/s | router msg/s | router / pass-through |",
-        "|---:|---:|---:|---:|",
-    ]
-    for m in results:
-        lines.append(
-            f"| {m.routes:,} | {m.passthrough_rate:,.0f} | {m.router_rate:,.0f} | "
-            f"{m.router_rate / m.passthrough_rate:.2f} |"
-        )
-    if len(results) > 1:
-        small, large = results[0], results[-1]
-        lines += [
-            "",
-            f"Router time with {large.routes:,} routes over {small.routes:,} routes: "
-            f"{large.router_s / small.router_s:.2f} (aim: at most 1.3).",
-            "Router over pass-through, aim: 0.7 or better.",
-        ]
-    lines += [
-        "",
-        "Keeping conversations' route choices (K2, the default; every message here is an unpinned",
-        "initiator's, so every conversation is kept): the router's time, kept over not kept.",
-        "",
-        "| routes | router msg/s, not kept | kept / not kept |",
-        "|---:|---:|---:|",
-    ]
-    for m in results:
-        lines.append(f"| {m.routes:,} | {m.messages / m.unkept_s:,.0f} | {m.router_s / m.unkept_s:.2f} |")
-    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

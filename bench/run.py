@@ -1,0 +1,325 @@
+"""`make bench`: every figure of the benchmark, measured in one run on one embedded broker.
+
+usage: python -m bench.run [--messages N] [--routes 10,1000,100000] [--per-batch N]
+                           [--rates 1000,10000] [--duration 60] [--conversations N] [--keep S]
+                           [--late 0.1] [--retry S] [--quick] [--out-dir bench]
+
+In order, on the same broker and the same kind of records (`bench.common`):
+
+1. the transport (`bench.transport`): a confluent-kafka consume -> produce copy, and Kafka's own
+   ConsumerPerformance and ProducerPerformance;
+2. throughput (`bench.throughput`): the Spark pass-through and the router with each route-table
+   size, with the Spark jobs and stages of each micro-batch;
+3. the Python loop a user might write instead (`bench.python_loop`), on 10 routes;
+4. the router with a share (`--late`) of the conversations delayed, then released once routes for
+   them are written (`bench.throughput.run_delayed`);
+5. memory (`bench.memory`): driver heap and state store after `--conversations` conversations,
+   and once their kept choices have expired;
+6. latency under a fixed offered load (`bench.latency`), `router run` with its default trigger;
+7. route-change propagation and delayed-retry precision (`bench.timing`).
+
+It writes `results.json` (every figure), `RESULTS.md` (the figures, each aim met or not, the machine
+and versions) and `chart.png` (throughput per system; latency per offered load) into `--out-dir`.
+`--quick` shrinks every size for a smoke run of a few minutes (its figures are not the
+benchmark's). Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench.chart import render_chart
+from bench.common import kafka, new_prefix, prepare, progress, routes_for
+from bench.latency import measure_latency
+from bench.memory import MemoryResult, measure_memory
+from bench.python_loop import LoopResult, python_loop
+from bench.throughput import DelayedRun, Measurement, measure_throughput, run_delayed
+from bench.timing import TimingRun, measure_timing
+from bench.transport import confluent_copy, consumer_performance, mean_message_size, producer_performance
+from streaming.config import Settings
+from streaming.spark.session import build_session
+
+JOBS_BEFORE = "about 40 jobs per 100,000-record micro-batch (bench/RESULTS.md of 2026-11-22, before issue 12)"
+
+
+def machine() -> str:
+    """The machine and the versions the figures were measured with."""
+    mem = ""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as info:
+            kb = int(next(line for line in info if line.startswith("MemTotal")).split()[1])
+        mem = f", {kb / 1024 / 1024:.0f} GiB"
+    except (OSError, StopIteration, ValueError):
+        pass
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
+    import confluent_kafka
+    import pyspark
+
+    return (
+        f"{os.cpu_count()} cores{mem}; {platform.platform()}; Python {platform.python_version()}; "
+        f"pyspark {pyspark.__version__} (local[2]); Kafka 4.1.1 (embedded, KRaft); "
+        f"confluent-kafka {confluent_kafka.version()[0]}; {java}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--messages", type=int, default=300_000, help="records per throughput run")
+    parser.add_argument("--routes", default="10,1000,100000", help="route-table sizes")
+    parser.add_argument("--per-batch", type=int, default=100_000, help="records per micro-batch")
+    parser.add_argument("--rates", default="1000,10000", help="offered loads for latency, msg/s")
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds per offered load")
+    parser.add_argument("--conversations", type=int, default=1_000_000, help="for the memory figures")
+    parser.add_argument(
+        "--keep", type=float, default=300.0, help="keep_choice_s of the memory run (longer than its routing)"
+    )
+    parser.add_argument("--late", type=float, default=0.1, help="share of conversations delayed")
+    parser.add_argument("--retry", type=float, default=5.0, help="retry_s of the delayed run")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run, not the figures")
+    parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent)
+    args = parser.parse_args()
+    if args.quick:
+        args.messages, args.routes, args.per_batch = 20_000, "10,1000", 10_000
+        args.rates, args.duration, args.conversations, args.keep = "500", 10.0, 20_000, 10.0
+    sizes = [int(s) for s in args.routes.split(",")]
+    rates = [float(r) for r in args.rates.split(",")]
+    started = datetime.now(timezone.utc)
+    folder = Path(tempfile.mkdtemp(prefix="router-bench-"))
+    try:
+        with kafka(None) as bootstrap:
+            progress("bench: 1/7 the transport")
+            prefix = new_prefix()
+            source = prepare(bootstrap, prefix, 10, args.messages)
+            copy = confluent_copy(bootstrap, source, f"{prefix}.copy", args.messages)
+            consumed = consumer_performance(bootstrap, source, args.messages)
+            produced = producer_performance(bootstrap, f"{prefix}.perf", args.messages, mean_message_size())
+            spark = build_session("router-bench")
+            progress("bench: 2/7 throughput: pass-through and router")
+            throughput = measure_throughput(spark, bootstrap, folder, sizes, args.messages, args.per_batch)
+            progress("bench: 3/7 the Python loop")
+            prefix = new_prefix()
+            source = prepare(bootstrap, prefix, 10, args.messages)
+            loop = python_loop(bootstrap, source, prefix, args.messages, routes_for(10))
+            progress(f"bench: 4/7 the router with {args.late:.0%} of the conversations delayed")
+            delayed = run_delayed(
+                spark, bootstrap, folder, args.messages, args.per_batch, args.late, args.retry
+            )
+            progress(f"bench: 5/7 memory with {args.conversations:,} conversations")
+            memory = measure_memory(spark, bootstrap, args.conversations, args.keep, folder)
+            spark.stop()  # the next two run `router run` in processes of their own
+            progress("bench: 6/7 latency under a fixed offered load")
+            latency = measure_latency(bootstrap, rates, args.duration)
+            progress("bench: 7/7 route-change propagation and delayed-retry precision")
+            timing = measure_timing(bootstrap)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    figures: dict[str, Any] = {
+        "measured": started.isoformat(timespec="seconds"),
+        "machine": machine(),
+        "settings": vars(args) | {"out_dir": str(args.out_dir)},
+        "transport": {
+            "confluent_copy_msg_s": copy.rate,
+            "consumer_performance_msg_s": consumed.fetch_records_per_s,
+            "producer_performance_msg_s": produced.records_per_s,
+        },
+        "throughput": [
+            {
+                "routes": m.routes,
+                "passthrough_msg_s": m.passthrough_rate,
+                "router_msg_s": m.router_rate,
+                "jobs_per_batch": m.router.jobs_per_batch()[0],
+                "stages_per_batch": m.router.jobs_per_batch()[1],
+                "batches": len(m.router.batches),
+            }
+            for m in throughput
+        ],
+        "python_loop_msg_s": loop.rate,
+        "delayed": {
+            "messages": delayed.messages,
+            "delayed": delayed.delayed,
+            "released": delayed.release.released,
+            "first_msg_s": delayed.messages / delayed.first.seconds,
+            "release_s": delayed.release.seconds,
+            "msg_s": delayed.messages / delayed.seconds,
+        },
+        "memory": asdict(memory),
+        "latency": [{k: v for k, v in asdict(r).items() if k != "latencies_ms"} for r in latency.results],
+        "route_change_ms": timing.route_change.propagation_ms,
+        "retry": asdict(timing.retry),
+    }
+    out: Path = args.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    chart_rates = {
+        "transport: confluent-kafka copy": copy.rate,
+        "transport: ProducerPerformance": produced.records_per_s,
+        **{f"Spark pass-through, {m.routes:,} routes": m.passthrough_rate for m in throughput},
+        **{f"router, {m.routes:,} routes": m.router_rate for m in throughput},
+        f"router, {args.late:.0%} delayed": delayed.messages / delayed.seconds,
+        "Python loop": loop.rate,
+    }
+    chart_latency = {f"{r.target_rate:,.0f} msg/s": r.percentiles() for r in latency.results}
+    render_chart(chart_rates, chart_latency, out / "chart.png", title=f"ssb-kafka-router, {started:%Y-%m-%d}")
+    report = render(figures, throughput, loop, delayed, memory, latency.results, timing)
+    (out / "RESULTS.md").write_text(report, encoding="utf-8")
+    print(report)
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+def render(
+    figures: dict[str, Any],
+    throughput: list[Measurement],
+    loop: LoopResult,
+    delayed: DelayedRun,
+    memory: MemoryResult,
+    latency: list[Any],
+    timing: TimingRun,
+) -> str:
+    """bench/RESULTS.md from one run's figures."""
+    s = figures["settings"]
+    t = figures["transport"]
+    trigger_s = Settings.trigger_seconds
+    trigger_ms = trigger_s * 1000
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Measured {figures['measured']} by `make bench` (`python -m bench.run`), in one run on one embedded "
+        "broker.",
+        f"Machine: {figures['machine']}.",
+        "",
+        f"Records: {s['messages']:,} messages per run (Avro `router.v1.Message`, 200-byte body, key = "
+        "conversation id, two partitions), four per conversation, each conversation to one service: 90% to "
+        "services named by routes, 10% to i1's local services. Both Spark queries read micro-batches of at "
+        f"most {s['per_batch']:,} records. Rates are messages per second of the query's time.",
+        "",
+        "## Throughput",
+        "",
+        "| system | msg/s |",
+        "|---|---:|",
+        "| transport: confluent-kafka consume -> produce copy, no decoding | "
+        f"{t['confluent_copy_msg_s']:,.0f} |",
+        f"| transport: Kafka ConsumerPerformance (fetch) | {t['consumer_performance_msg_s']:,.0f} |",
+        f"| transport: Kafka ProducerPerformance | {t['producer_performance_msg_s']:,.0f} |",
+    ]
+    for m in throughput:
+        lines.append(
+            f"| Spark pass-through (from_avro, to_avro, one topic), {m.routes:,} routes' run | "
+            f"{m.passthrough_rate:,.0f} |"
+        )
+    for m in throughput:
+        lines.append(f"| router, {m.routes:,} routes | {m.router_rate:,.0f} |")
+    lines += [
+        f"| router, {s['late']:.0%} of the conversations delayed, then released | "
+        f"{figures['delayed']['msg_s']:,.0f} |",
+        "| Python loop: confluent-kafka, fastavro, the reference engine per 1,000 messages | "
+        f"{loop.rate:,.0f} |",
+        "",
+        "| routes | router / pass-through | Spark jobs per micro-batch | stages per micro-batch |",
+        "|---:|---:|---:|---:|",
+    ]
+    for m in throughput:
+        jobs, stages = m.router.jobs_per_batch()
+        lines.append(f"| {m.routes:,} | {m.router_rate / m.passthrough_rate:.2f} | {jobs:g} | {stages:g} |")
+    lines += ["", f"Jobs per micro-batch before: {JOBS_BEFORE}.", ""]
+    d = figures["delayed"]
+    lines += [
+        f"Delayed run: {d['delayed']:,} delayed outcomes among {d['messages']:,} messages (no route; a "
+        "message is delayed again at each retry while its route is missing, every "
+        f"`retry_s` = {s['retry']:g} s, so a message can count more than once); "
+        f"{d['released']:,} released once routes were written; "
+        f"the first pass ran at {d['first_msg_s']:,.0f} msg/s and the release took {d['release_s']:.1f} s "
+        "(the wait for the retry not counted).",
+        "",
+        "## Memory",
+        "",
+        f"{memory.conversations:,} conversations of one message each, every one keeping its choice (K2) for "
+        f"`keep_choice_s` = {memory.keep_s:g} s; routed in {memory.route_s:.0f} s.",
+        "",
+        "| when | driver heap in use (MiB) | state-store keys | state on disk (MiB) |",
+        "|---|---:|---:|---:|",
+        f"| after routing | {memory.routed.heap_mb:,.0f} | {memory.routed.state_keys:,} | "
+        f"{memory.routed.state_disk_mb:,.1f} |",
+        f"| after the choices expired | {memory.expired.heap_mb:,.0f} | {memory.expired.state_keys:,} | "
+        f"{memory.expired.state_disk_mb:,.1f} |",
+        "",
+        f"## Latency and timing (`router run`, default trigger {trigger_s:g} s)",
+        "",
+        "| offered msg/s (achieved) | seconds | received | p50 ms | p95 ms | p99 ms | max ms |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in latency:
+        lines.append(
+            f"| {r.target_rate:,.0f} ({r.achieved_rate:,.0f}) | {r.duration_s:g} | {r.received:,} of "
+            f"{r.produced:,} | {r.p50_ms:,.0f} | {r.p95_ms:,.0f} | {r.p99_ms:,.0f} | {r.max_ms:,.0f} |"
+        )
+    change = timing.route_change
+    retry = timing.retry
+    lines += [
+        "",
+        f"Route change: the first message routed by a route written while the router runs left "
+        f"{change.propagation_ms:,} ms after the route's record was written.",
+        f"Delayed retry (retry_s {retry.retry_s:g}): {retry.released} of {retry.messages} released; release "
+        f"minus due time ms p50 {retry.p50_ms:,.0f}, p95 {retry.p95_ms:,.0f}, max {retry.max_ms:,.0f}.",
+        "",
+        "## Aims",
+        "",
+        "| aim | figure | |",
+        "|---|---|---|",
+    ]
+    worst = min(m.router_rate / m.passthrough_rate for m in throughput)
+    lines.append(
+        f"| router at 0.7x the pass-through or better, every table size | worst {worst:.2f} | "
+        f"{_met(worst >= 0.7)} |"
+    )
+    small = next((m for m in throughput if m.routes == min(x.routes for x in throughput)), None)
+    if small is not None:
+        ratio = small.router_rate / loop.rate
+        lines.append(
+            f"| router 3x the Python loop or better ({small.routes:,} routes) | {ratio:.2f}x | "
+            f"{_met(ratio >= 3)} |"
+        )
+    if len(throughput) > 1:
+        large = max(throughput, key=lambda m: m.routes)
+        cost = large.router.seconds / small.router.seconds if small else float("nan")
+        lines.append(
+            f"| {large.routes:,} routes at most 1.3x the cost of {small.routes if small else 0:,} | "
+            f"{cost:.2f}x | {_met(cost <= 1.3)} |"
+        )
+    at_10k = [r for r in latency if r.target_rate >= 10_000]
+    if at_10k:
+        p99 = at_10k[0].p99_ms
+        lines.append(
+            f"| p99 at most trigger + 1 s at 10,000 msg/s | {p99:,.0f} ms | "
+            f"{_met(p99 <= trigger_ms + 1000 and at_10k[0].received == at_10k[0].produced)} |"
+        )
+    # "The next micro-batch": the batch that starts after the route arrived, at most one trigger
+    # interval after the batch running when it arrived; with batches shorter than the trigger, two.
+    lines.append(
+        f"| a route change visible in the next micro-batch (within 2 triggers) | "
+        f"{change.propagation_ms:,} ms | {_met(change.propagation_ms <= 2 * trigger_ms)} |"
+    )
+    lines.append(
+        f"| a delayed message released at most one trigger late | max {retry.max_ms:,.0f} ms | "
+        f"{_met(retry.max_ms <= trigger_ms and retry.released == retry.messages)} |"
+    )
+    lines += ["", "![throughput and latency](chart.png)", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
