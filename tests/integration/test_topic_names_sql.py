@@ -132,7 +132,9 @@ def test_generated_names_are_named_alike(spark: SparkSession, drawn: list[str]) 
     assert mismatches(spark, triples) == []
 
 
-def test_each_name_is_one_call_of_the_jvm_twin(spark: SparkSession, capsys: pytest.CaptureFixture[str]) -> None:
+def test_each_name_is_one_call_of_the_jvm_twin(
+    spark: SparkSession, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Names computed from a column, so that the optimizer cannot fold the expressions away.
     frame = spark.range(1).selectExpr(*[f"concat('{c}', id) AS {c}" for c in ("name", "database", "service")])
     prefix, instance = PLACES[0]
