@@ -18,8 +18,10 @@ setup: ## create .venv, install Python deps, copy the Kafka and Spark jars, comp
 demo: setup ## run the demo: broker, routes, messages routed end to end by the Spark job
 	$(BIN)/router demo
 
-test: setup ## run all tests: unit, integration (real Kafka broker, Spark) and e2e
-	$(BIN)/pytest -q -n $(TEST_WORKERS)
+test: setup ## run all tests: unit, integration (real Kafka broker, Spark) and e2e; then the fault tier
+	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "not fault"
+	@# The fault tier on its own: its minutes-long runs would slow the timing of the tests beside them.
+	$(BIN)/pytest -q -n $(TEST_WORKERS) -m fault
 
 test-unit: setup ## run the unit tests only (no Kafka, no Spark: seconds)
 	$(BIN)/pytest -q tests/unit
