@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 from collections.abc import Iterator
 
 import pytest
+from processes import kill
 
 
 @pytest.fixture
@@ -17,5 +16,4 @@ def started() -> Iterator[list[subprocess.Popen[bytes]]]:
     yield processes
     for process in processes:
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(30)
+            kill(process)

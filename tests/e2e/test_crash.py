@@ -7,7 +7,6 @@ is routed again, so a message may arrive twice, but none is missing.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 from collections import Counter
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from processes import new_namespace, read_outcome, start_router, stop, wait_for, written
+from processes import kill, new_namespace, read_outcome, start_router, stop, wait_for, written
 
 from streaming import topics
 from streaming.kafka.avro import encode_message, new_message_record
@@ -101,8 +100,7 @@ def test_a_router_killed_mid_stream_resumes_and_loses_nothing(
     first = start_router(settings_file, log, started)
     wait_for(lambda: written(kafka_bootstrap, names) > 0, 180, "first routed records", first, log)
     routed_before = written(kafka_bootstrap, names)
-    os.killpg(first.pid, signal.SIGKILL)
-    first.wait(30)
+    kill(first)
     assert routed_before < MESSAGES, "the router finished before it was killed: nothing was interrupted"
 
     second = start_router(settings_file, log, started)
