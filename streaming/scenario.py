@@ -549,7 +549,9 @@ class _Timeline:
                 order = self.first_delayed.setdefault(message.id, len(self.first_delayed))
                 memory = self.memory.get(message.conversation_id, Conversation())
                 entry = (message.origin, message.service)
-                self.memory[message.conversation_id] = memory.hold(message, order, self.now_ms, entry)
+                self.memory[message.conversation_id] = memory.hold(
+                    message, message.id, order, self.now_ms, entry
+                )
         for (conversation, origin, service), identity in result.choices.items():
             memory = self.memory.get(conversation, Conversation())
             self.memory[conversation] = memory.remember((origin, service), identity, self.now_ms)

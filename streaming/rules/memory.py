@@ -13,6 +13,9 @@ catalog. Three rules look back further, and this module is their one description
   they were delayed; while any is held, the conversation's new messages are told so and wait
   behind them. When the first held message is `retry` old, all of them leave together, in order,
   ahead of the conversation's new messages, and are routed again against the routes of that moment.
+  A message is held once: a second copy of a held message (the same message id, written to the
+  delayed topic twice when a batch that delayed it was run again after a crash) is the same
+  message, and of the copies the one delayed first (the lowest order) is kept.
 * B4: one MissingRoute request at a time per (scope, service). A request is outstanding from the
   record that asks until a record that ends it (B6, B7); of two records, the later one counts.
 
@@ -52,6 +55,8 @@ class Held(Generic[M]):
     """D1: a delayed message held for its conversation, with the identity its entry kept then."""
 
     message: M
+    message_id: str
+    """D1: a message is held once; copies of it share this id."""
     order: int
     """Where it stands among the conversation's held messages: the order they were delayed in."""
     delayed_at: int
@@ -112,10 +117,23 @@ class Conversation(Generic[M]):
         return replace(self, kept={**self.kept, entry: Kept(identity, at)})
 
     def hold(
-        self, message: M, order: int, at: int, entry: Entry, kept: RouteIdentity | None = None
+        self,
+        message: M,
+        message_id: str,
+        order: int,
+        at: int,
+        entry: Entry,
+        kept: RouteIdentity | None = None,
     ) -> Conversation[M]:
-        """D1: `message` of `entry` was delayed at `at`; it is held with the others, by `order`."""
-        held = sorted((*self.held, Held(message, order, at, entry, kept)), key=lambda h: h.order)
+        """D1: `message` of `entry` was delayed at `at`; it is held with the others, by `order`.
+
+        A message is held once: of two copies with one `message_id`, the lower order stays.
+        """
+        copy = next((h for h in self.held if h.message_id == message_id), None)
+        if copy is not None and copy.order <= order:
+            return self
+        others = (h for h in self.held if h is not copy)
+        held = sorted((*others, Held(message, message_id, order, at, entry, kept)), key=lambda h: h.order)
         return replace(self, held=tuple(held))
 
     def due_at(self, retry: int) -> int | None:
@@ -151,13 +169,13 @@ class Conversation(Generic[M]):
         retry: int,
         *,
         choices: Iterable[tuple[Entry, RouteIdentity, int, int]] = (),
-        delayed: Iterable[tuple[M, int, int, Entry, RouteIdentity | None]] = (),
+        delayed: Iterable[tuple[M, str, int, int, Entry, RouteIdentity | None]] = (),
         messages: Sequence[tuple[M, int, Entry]] = (),
     ) -> Step[M]:
         """One batch's worth for this conversation, in the order the rules need.
 
-        `choices` (entry, identity, chosen at, order) and `delayed` (message, order, delayed at,
-        entry, kept identity) are what earlier batches decided, read back; `messages` (message,
+        `choices` (entry, identity, chosen at, order) and `delayed` (message, message id, order,
+        delayed at, entry, kept identity) are what earlier batches decided, read back; `messages` (message,
         order, entry) are the conversation's new messages. First the choices are remembered, by
         time then order (the order they were recorded in), and the delayed messages held; then
         expired choices are forgotten (K2); then, if the conversation is due, its held messages
@@ -167,8 +185,8 @@ class Conversation(Generic[M]):
         memory = self
         for entry, identity, at, _ in sorted(choices, key=lambda c: (c[2], c[3])):
             memory = memory.remember(entry, identity, at)
-        for message, order, at, entry, held_with in delayed:
-            memory = memory.hold(message, order, at, entry, held_with)
+        for message, message_id, order, at, entry, held_with in delayed:
+            memory = memory.hold(message, message_id, order, at, entry, held_with)
         memory = memory.forget_expired(now, keep)
         memory, due = memory.release_due(now, retry)
         seen: set[Entry] = set()

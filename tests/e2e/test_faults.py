@@ -192,16 +192,6 @@ def assert_every_message_accounted_for(
     return final
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "known bug (issue 12): a kill while a batch re-delays held messages (D2) makes the restart "
-        "write them to the delayed topic again; both copies are read back into the state, which "
-        "holds them twice, so each such kill can double a delayed message's copies (32 seen after "
-        "five kills). No id was missing: the accounting before that check held. Fix: hold a message once per "
-        "message id in ConversationMemory and streaming/rules/memory.py."
-    ),
-)
 def test_five_kills_at_random_moments_lose_nothing(
     kafka_bootstrap: str, started: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:

@@ -35,6 +35,7 @@ def sequences(draw: st.DrawFn) -> dict[str, Any]:
     retry = draw(st.sampled_from([1, 300, 2_000, 60_000]))
     now = draw(st.integers(1_700_000_000_000, 1_700_000_100_000))
     order = recorded = 0
+    delayed_ids: list[str] = []
     steps = []
     # The clock moves by amounts that land on the boundaries too: due exactly now, kept exactly keep.
     moves = sorted(
@@ -52,9 +53,13 @@ def sequences(draw: st.DrawFn) -> dict[str, Any]:
         for lag in draw(st.lists(st.sampled_from([0, 10, 1_500, 2_500, 70_000]), max_size=3)):
             order += 1
             kept = draw(st.one_of(st.none(), IDENTITIES.map(list)))
+            # D1: sometimes a copy of a message delayed before (written twice by a replayed batch).
+            copy = delayed_ids and draw(st.booleans())
+            delayed_id = draw(st.sampled_from(delayed_ids)) if copy else f"d{order}"
+            delayed_ids.append(delayed_id)
             delayed.append(
                 [
-                    f"d{order}",
+                    delayed_id,
                     order,
                     now - lag,
                     draw(st.sampled_from(ORIGINS)),
@@ -62,6 +67,7 @@ def sequences(draw: st.DrawFn) -> dict[str, Any]:
                     kept,
                 ]
             )
+        draw(st.randoms()).shuffle(delayed)  # a copy may be read before the message it copies
         messages = []
         for _ in range(draw(st.integers(0, 4))):
             order += 1
@@ -92,7 +98,7 @@ def replay_in_python(sequence: dict[str, Any]) -> list[dict[str, Any]]:
             sequence["retry"],
             choices=[((o, s), tuple(identity), at, order) for o, s, identity, at, order in step["choices"]],
             delayed=[
-                (mid, order, at, (o, s), tuple(kept) if kept is not None else None)
+                (mid, mid, order, at, (o, s), tuple(kept) if kept is not None else None)
                 for mid, order, at, o, s, kept in step["delayed"]
             ],
             messages=[(mid, order, (o, s)) for mid, order, o, s in step["messages"]],
@@ -147,5 +153,32 @@ def test_a_due_conversation_leaves_whole_and_ahead_of_its_new_messages(spark) ->
     assert python[1]["given"] == [["m5", ["", "S1", "A"], False, False]]
     # The choice made at 1,000 is kept 10,000 ms: forgotten at 11,000.
     assert python[2]["given"] == [["m6", None, False, True]] and python[2]["kept"] == {}
+    java = json.loads(spark._jvm.router.state.ConversationMemory.replayJson(json.dumps(sequence)))
+    assert normalized(java) == normalized(python)
+
+
+def test_a_message_read_back_twice_is_held_and_released_once(spark) -> None:  # type: ignore[no-untyped-def]
+    """D1: a batch run again after a crash writes its delayed messages a second time; the copies
+    are one message. Held once (the first copy's order and time), released once."""
+    sequence = {
+        "keep": 0,
+        "retry": 2_000,
+        "steps": [
+            {"now": 1_000, "choices": [], "delayed": [["d1", 1, 900, "AW", "S1", None]], "messages": []},
+            # The copy written by the replayed batch, read back one batch later, and a second copy
+            # read with a message delayed after it.
+            {
+                "now": 1_500,
+                "choices": [],
+                "delayed": [["d1", 3, 1_400, "AW", "S1", None], ["d2", 2, 1_100, "AW", "S1", None]],
+                "messages": [],
+            },
+            {"now": 2_900, "choices": [], "delayed": [], "messages": [["m4", 4, "AW", "S1"]]},
+        ],
+    }
+    python = replay_in_python(sequence)
+    assert python[1]["held"] == ["d1", "d2"] and python[1]["next"] == 2_900
+    assert python[2]["released"] == [["d1", None, False, True], ["d2", None, False, False]]
+    assert python[2]["held"] == []
     java = json.loads(spark._jvm.router.state.ConversationMemory.replayJson(json.dumps(sequence)))
     assert normalized(java) == normalized(python)

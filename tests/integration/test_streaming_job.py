@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -115,6 +116,8 @@ def replay(spark, kafka_bootstrap: str, prefix: str, tmp_path: Path, instance: s
 def test_routes_each_message_to_its_destination_with_decision_headers(
     spark, kafka_bootstrap, prefix, tmp_path
 ):
+    # One delay, never released: retry_s far beyond the replay, however slow the machine is.
+    publish_catalogs(kafka_bootstrap, [replace(I1, retry_s=600.0)], topics.catalogs_topic(prefix))
     produce(
         kafka_bootstrap,
         topics.outbound_topic("i1", prefix),

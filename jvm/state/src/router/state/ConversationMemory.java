@@ -37,14 +37,17 @@ public final class ConversationMemory<M> {
   /** D1: a delayed message held for its conversation. */
   public static final class Held<M> {
     public final M message;
+    /** D1: a message is held once; copies of it share this id. */
+    public final String messageId;
     public final long order;
     public final long delayedAt;
     public final String entry;
     /** K2: the identity its entry kept when it was delayed; it is decided with it when released. */
     public final String[] kept;
 
-    public Held(M message, long order, long delayedAt, String entry, String[] kept) {
+    public Held(M message, String messageId, long order, long delayedAt, String entry, String[] kept) {
       this.message = message;
+      this.messageId = messageId;
       this.order = order;
       this.delayedAt = delayedAt;
       this.entry = entry;
@@ -153,9 +156,23 @@ public final class ConversationMemory<M> {
     }
   }
 
-  /** D1: a message of {@code entry} was delayed at {@code at}; it is held with the others, by order. */
-  public void hold(M message, long order, long at, String entry, String[] keptIdentity) {
-    held.add(new Held<>(message, order, at, entry, keptIdentity));
+  /**
+   * D1: a message of {@code entry} was delayed at {@code at}; it is held with the others, by order.
+   * A message is held once: of two copies with one {@code messageId} (a delayed record written
+   * twice when a batch was run again after a crash), the one with the lower order stays.
+   */
+  public void hold(M message, String messageId, long order, long at, String entry, String[] keptIdentity) {
+    for (Iterator<Held<M>> it = held.iterator(); it.hasNext(); ) {
+      Held<M> copy = it.next();
+      if (copy.messageId.equals(messageId)) {
+        if (copy.order <= order) {
+          return;
+        }
+        it.remove();
+        break;
+      }
+    }
+    held.add(new Held<>(message, messageId, order, at, entry, keptIdentity));
     held.sort(Comparator.comparingLong(h -> h.order));
   }
 
@@ -247,6 +264,7 @@ public final class ConversationMemory<M> {
       memory.rememberAll(choices);
       for (com.fasterxml.jackson.databind.JsonNode d : step.get("delayed")) {
         memory.hold(
+            d.get(0).asText(),
             d.get(0).asText(),
             d.get(1).asLong(),
             d.get(2).asLong(),

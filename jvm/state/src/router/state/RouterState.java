@@ -65,6 +65,8 @@ public final class RouterState {
   public static final String[] KEPT = {"kept_bid", "kept_route_service", "kept_address"};
   public static final String AT = "c_at_ms";
   public static final String POSITION = "pos";
+  /** The message id: D1 holds a message once, however many copies of it are read back. */
+  public static final String ID = "id";
   public static final String WAITING = "waiting";
   public static final String FIRST = "first_of_entry";
   public static final String BATCH_TIME = "batch_ms";
@@ -128,6 +130,7 @@ public final class RouterState {
     private final long retryMs;
     private final int kind;
     private final int position;
+    private final int id;
     private final int at;
     private final int[] entry;
     private final int[] identity;
@@ -135,6 +138,7 @@ public final class RouterState {
     private final int outOrigin;
     private final int outService;
     private final int outPosition;
+    private final int outId;
     private final int width;
 
     Step(StructType input, StructType output, long keepMs, long retryMs) {
@@ -142,6 +146,7 @@ public final class RouterState {
       this.retryMs = retryMs;
       this.kind = input.fieldIndex(KIND);
       this.position = input.fieldIndex(POSITION);
+      this.id = input.fieldIndex(ID);
       this.at = input.fieldIndex(AT);
       this.entry = indices(input, ENTRY);
       this.identity = indices(input, IDENTITY);
@@ -155,6 +160,7 @@ public final class RouterState {
       this.outOrigin = output.fieldIndex(ENTRY[0]);
       this.outService = output.fieldIndex(ENTRY[1]);
       this.outPosition = output.fieldIndex(POSITION);
+      this.outId = output.fieldIndex(ID);
       this.width = output.fields().length;
     }
 
@@ -181,6 +187,7 @@ public final class RouterState {
         } else if (k == DELAYED && !row.isNullAt(at)) {
           memory.hold(
               emitted(row),
+              row.isNullAt(id) ? "" : row.getString(id),
               row.getLong(position),
               row.getLong(at),
               entryOf(row.get(entry[0]), row.get(entry[1])),
@@ -239,6 +246,7 @@ public final class RouterState {
                 : new String[] {(String) values[base], (String) values[base + 1], (String) values[base + 2]};
         memory.hold(
             values,
+            message.isNullAt(outId) ? "" : message.getString(outId),
             message.getLong(outPosition),
             held.getLong(1),
             entryOf(message.get(outOrigin), message.get(outService)),
