@@ -239,3 +239,24 @@ def test_a_due_conversation_leaves_at_a_batch_without_its_messages(
         time.sleep(0.1)
     got = keeper.step([message(0, conversation="unrelated")])
     assert sorted(r["id"] for r in got) == ["c2:0", "unrelated:0"]
+
+
+def test_a_delayed_message_read_back_twice_leaves_once(spark: SparkSession, tmp_path: Path) -> None:
+    """D1: a batch run again after a crash writes its delayed messages twice; the state holds the
+    copies as one message (the first copy, kept in the state store across batches), released once."""
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    keeper = Keeper(spark, tmp_path, retry_s=3600)
+    delayed_at = datetime.now(timezone.utc)
+    assert keeper.step([], delayed=[delayed(0, at=delayed_at)]) == []
+    # The copy comes back one batch later, at a later position, beside a message delayed after it.
+    copy = {**delayed(0, at=delayed_at + timedelta(seconds=1)), "pos": 5}
+    assert keeper.step([], delayed=[copy, delayed(1, at=delayed_at)]) == []
+    held = keeper.state().select(F.explode("value.groupState.waiting.message.id").alias("id")).collect()
+    assert sorted(r["id"] for r in held) == ["c1:0", "c1:1"]
+    keeper.retry_s = 1.0
+    got = keeper.step([message(12, pos=1 << 60)])
+    assert [(r["id"], r["topic"]) for r in got] == [
+        ("c1:0", "delayed"),
+        ("c1:1", "delayed"),
+        ("c1:12", "outbound"),
+    ]

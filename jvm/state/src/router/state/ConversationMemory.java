@@ -99,6 +99,18 @@ public final class ConversationMemory<M> {
 
   private final Map<String, Kept> kept = new LinkedHashMap<>();
   private final List<Held<M>> held = new ArrayList<>();
+  /** D1: the held messages by message id, so that a copy is found without a scan. */
+  private final Map<String, Held<M>> heldById = new java.util.HashMap<>();
+  /** The held list is in order; holding appends, and the list is sorted once, when it is read. */
+  private boolean sorted = true;
+
+  private List<Held<M>> inOrder() {
+    if (!sorted) {
+      held.sort(Comparator.comparingLong(h -> h.order));
+      sorted = true;
+    }
+    return held;
+  }
 
   /** The kept choices, by entry key. */
   public Map<String, Kept> kept() {
@@ -107,7 +119,7 @@ public final class ConversationMemory<M> {
 
   /** The held messages, in order. */
   public List<Held<M>> held() {
-    return Collections.unmodifiableList(held);
+    return Collections.unmodifiableList(inOrder());
   }
 
   /** Nothing is remembered: the conversation's state can be removed. */
@@ -162,18 +174,17 @@ public final class ConversationMemory<M> {
    * twice when a batch was run again after a crash), the one with the lower order stays.
    */
   public void hold(M message, String messageId, long order, long at, String entry, String[] keptIdentity) {
-    for (Iterator<Held<M>> it = held.iterator(); it.hasNext(); ) {
-      Held<M> copy = it.next();
-      if (copy.messageId.equals(messageId)) {
-        if (copy.order <= order) {
-          return;
-        }
-        it.remove();
-        break;
+    Held<M> copy = heldById.get(messageId);
+    if (copy != null) {
+      if (copy.order <= order) {
+        return;
       }
+      held.remove(copy);
     }
-    held.add(new Held<>(message, messageId, order, at, entry, keptIdentity));
-    held.sort(Comparator.comparingLong(h -> h.order));
+    Held<M> h = new Held<>(message, messageId, order, at, entry, keptIdentity);
+    heldById.put(messageId, h);
+    held.add(h);
+    sorted = false;
   }
 
   /** D2: when the held messages leave, or {@code Long.MAX_VALUE} when none is held. */
@@ -200,8 +211,9 @@ public final class ConversationMemory<M> {
     if (due == Long.MAX_VALUE || due > now) {
       return Collections.emptyList();
     }
-    List<Held<M>> out = new ArrayList<>(held);
+    List<Held<M>> out = new ArrayList<>(inOrder());
     held.clear();
+    heldById.clear();
     return out;
   }
 
@@ -291,7 +303,7 @@ public final class ConversationMemory<M> {
         r.add(e.getValue().chosenAt);
       }
       com.fasterxml.jackson.databind.node.ArrayNode heldNode = o.putArray("held");
-      for (Held<String> h : memory.held) {
+      for (Held<String> h : memory.held()) {
         heldNode.add(h.message);
       }
     }
