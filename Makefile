@@ -19,9 +19,10 @@ demo: setup ## run the demo: broker, routes, messages routed end to end by the S
 	$(BIN)/router demo
 
 test: setup ## run all tests: unit, integration (real Kafka broker, Spark) and e2e; then the fault tier
-	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "not fault"
+	@# --durations: the slowest tests are named at the end of each tier, to keep the suite's time in view.
+	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "not fault" --durations=15
 	@# The fault tier on its own: its minutes-long runs would slow the timing of the tests beside them.
-	$(BIN)/pytest -q -n $(TEST_WORKERS) -m fault
+	$(BIN)/pytest -q -n $(TEST_WORKERS) -m fault --durations=5
 
 test-unit: setup ## run the unit tests only (no Kafka, no Spark: seconds)
 	$(BIN)/pytest -q tests/unit
