@@ -98,18 +98,13 @@ public final class ConversationMemory<M> {
   }
 
   private final Map<String, Kept> kept = new LinkedHashMap<>();
-  private final List<Held<M>> held = new ArrayList<>();
-  /** D1: the held messages by message id, so that a copy is found without a scan. */
-  private final Map<String, Held<M>> heldById = new java.util.HashMap<>();
-  /** The held list is in order; holding appends, and the list is sorted once, when it is read. */
-  private boolean sorted = true;
+  /** D1: the held messages by message id (a message is held once); put in order when read. */
+  private final Map<String, Held<M>> held = new java.util.HashMap<>();
 
   private List<Held<M>> inOrder() {
-    if (!sorted) {
-      held.sort(Comparator.comparingLong(h -> h.order));
-      sorted = true;
-    }
-    return held;
+    List<Held<M>> out = new ArrayList<>(held.values());
+    out.sort(Comparator.comparingLong(h -> h.order));
+    return out;
   }
 
   /** The kept choices, by entry key. */
@@ -174,23 +169,16 @@ public final class ConversationMemory<M> {
    * twice when a batch was run again after a crash), the one with the lower order stays.
    */
   public void hold(M message, String messageId, long order, long at, String entry, String[] keptIdentity) {
-    Held<M> copy = heldById.get(messageId);
-    if (copy != null) {
-      if (copy.order <= order) {
-        return;
-      }
-      held.remove(copy);
+    Held<M> copy = held.get(messageId);
+    if (copy == null || copy.order > order) {
+      held.put(messageId, new Held<>(message, messageId, order, at, entry, keptIdentity));
     }
-    Held<M> h = new Held<>(message, messageId, order, at, entry, keptIdentity);
-    heldById.put(messageId, h);
-    held.add(h);
-    sorted = false;
   }
 
   /** D2: when the held messages leave, or {@code Long.MAX_VALUE} when none is held. */
   public long dueAt(long retry) {
     long first = Long.MAX_VALUE;
-    for (Held<M> h : held) {
+    for (Held<M> h : held.values()) {
       first = Math.min(first, h.delayedAt);
     }
     return first == Long.MAX_VALUE ? Long.MAX_VALUE : first + retry;
@@ -211,9 +199,8 @@ public final class ConversationMemory<M> {
     if (due == Long.MAX_VALUE || due > now) {
       return Collections.emptyList();
     }
-    List<Held<M>> out = new ArrayList<>(inOrder());
+    List<Held<M>> out = inOrder();
     held.clear();
-    heldById.clear();
     return out;
   }
 
