@@ -1,18 +1,22 @@
 """One micro-batch: its rows decided and every record they give written, in one pass and one write.
 
-The query that does this is built once per route snapshot (and set of pending requests), over a
-stand-in for the batch, as a `router.plan.Template` (jvm/state): each micro-batch is bound into it
-at the level of Spark's plan, with no Python on the way, and Spark plans and runs it as one job
-(one stage more for the state processor's shuffle, one broadcast per snapshot table). What the
-driver must know of the batch (counts by outcome, the MissingRoute requests made, the destinations
-that could not be written) are Spark's observed metrics of that same run.
+The query that does this is planned once per route snapshot (and set of pending requests) and kept,
+as a `router.plan.Prepared` (jvm/state): each micro-batch is given to it as the input of its first
+step, at the level of Spark's RDDs, so a batch runs the same physical plan and generated code as the
+last one, with the snapshot tables broadcast once, and no analysis, planning or code generation of
+its own. Spark runs it as one job: one stage more for the state processor's shuffle. What the driver
+must know of the batch (counts by outcome, the MissingRoute requests made, the destinations that
+could not be written) are Spark's observed metrics of that same run.
 
 Without a route to the dynamic routing service, D1 within the batch is marked in one ordered pass
 over the decided rows (`router.state.InBatchOrder`), between the decision and the output, so the
-batch is never shuffled for it; with one, B4's in-batch ranking needs the engine's window functions
-and `streaming.spark.engine.decide` does both. While a TRANSPORT route exists (T1: the next hop comes
-from the service name, so the snapshot cannot name every destination), the decided rows are kept
-once, and the topics their C4 decisions lead to are created before the records are written.
+batch is never shuffled for it. Two cases cannot be kept, and are planned again for every batch
+from a `router.plan.Template` (the query built once over a stand-in for the batch, each batch bound
+into its logical plan): with a route to the dynamic routing service, B4's in-batch ranking needs the
+engine's window functions, a shuffle (`streaming.spark.engine.decide`); and while a TRANSPORT route
+exists (T1: the next hop comes from the service name, so the snapshot cannot name every
+destination), the decided rows are kept once, and the topics their C4 decisions lead to are created
+before the records are written.
 """
 
 from __future__ import annotations
@@ -100,7 +104,7 @@ class BatchPlan:
     def __init__(
         self,
         spark: SparkSession,
-        schema: StructType,
+        like: DataFrame,
         snapshot: Snapshot,
         context: BatchContext,
         destinations: Destinations,
@@ -128,6 +132,19 @@ class BatchPlan:
             observed = routed.observe(METRICS, *batch_metrics(routed))
             return output_records(observed, destinations, snapshot.version)
 
+        self._prepared: Any = None
+        if self.in_one_pass and not (snapshot.flags.has_transport and ensure_topics is not None):
+            # The usual case: the whole query is planned now, once, and kept (`_Prepared`).
+            def records(b: DataFrame) -> DataFrame | None:
+                decided = decide_each(prepared(b), snapshot, context)
+                if _shuffles(decided):
+                    return None
+                return output(apply_behind(mark_in_batch_order(decided)).drop(BEHIND), destinations)
+
+            self._prepared = _Prepared.of(like, records)
+            if self._prepared is not None:
+                return
+        schema = like.schema
         if self.in_one_pass:
             self._decide = _Template(spark, schema, lambda b: decide_each(prepared(b), snapshot, context))
             self._output: Callable[[Destinations], _Template] = lambda d: _Template(
@@ -140,6 +157,10 @@ class BatchPlan:
 
     def run(self, batch: DataFrame) -> BatchMetrics:
         """Decide `batch` and write everything it gives in one Kafka write; return its metrics."""
+        if self._prepared is not None:
+            return _metrics(self.spark, self._prepared.write(batch, self.kafka_options))
+        jvm = self.spark._jvm
+        assert jvm is not None  # checked when the templates were built
         started = time.monotonic()
         decided = self._decide.bind(batch)
         if self.in_one_pass:
@@ -149,14 +170,9 @@ class BatchPlan:
             decided, written = self._with_transport_topics(decided)
         records = written.bind(decided)
         planned = time.monotonic()
-        jvm = self.spark._jvm
-        assert jvm is not None  # checked when the templates were built
         observed = jvm.router.plan.KafkaWrite.write(records._jdf, self.kafka_options, METRICS)
         log.debug("batch planned in %.3fs, run in %.3fs", planned - started, time.monotonic() - planned)
-        if observed is None:
-            raise RouterError("the batch was written but its metrics were not observed")
-        row = CPickleSerializer().loads(jvm.org.apache.spark.sql.api.python.PythonSQLUtils.toPyRow(observed))
-        return BatchMetrics.of(row.asDict(recursive=False))
+        return _metrics(self.spark, observed)
 
     def _with_transport_topics(self, decided: DataFrame) -> tuple[DataFrame, _Template]:
         """T1: create the topics C4 decisions lead to; the decided rows are kept once for it."""
@@ -170,6 +186,48 @@ class BatchPlan:
             return kept, self._written
         unavailable = {**self.destinations.unavailable, **refused}
         return kept, self._output(Destinations(t, unavailable))
+
+
+class _Prepared:
+    """A Python handle on `router.plan.Prepared`: a query over micro-batches, planned once."""
+
+    def __init__(self, spark: SparkSession, prepared: Any) -> None:
+        self.spark = spark
+        self._prepared = prepared
+
+    @classmethod
+    def of(cls, like: DataFrame, build: Callable[[DataFrame], DataFrame | None]) -> _Prepared | None:
+        """`build` over micro-batches like `like`, or None when it gives None or a query not kept."""
+        spark = like.sparkSession
+        jvm = spark._jvm
+        if jvm is None:
+            raise RouterError("the batch plan needs a classic SparkSession (a JVM), not Spark Connect")
+        prepared = jvm.router.plan.Prepared(like._jdf)
+        records = build(DataFrame(prepared.input(), spark))
+        if records is None or not prepared.keep(records._jdf):
+            return None
+        return cls(spark, prepared)
+
+    def write(self, batch: DataFrame, kafka_options: Mapping[str, str]) -> Any:
+        """Run the query over `batch`, write its records; the observed metrics (a JVM Row)."""
+        return self._prepared.write(batch._jdf, dict(kafka_options), METRICS)
+
+
+def _shuffles(frame: DataFrame) -> bool:
+    """Whether `frame`'s plan has a shuffle of its own."""
+    jvm = frame.sparkSession._jvm
+    assert jvm is not None  # a classic session: checked by the caller
+    return bool(jvm.router.plan.Prepared.shuffles(frame._jdf))
+
+
+def _metrics(spark: SparkSession, observed: Any) -> BatchMetrics:
+    """The `BatchMetrics` of the observed metrics (a JVM Row) of the batch's one write."""
+    if observed is None:
+        raise RouterError("the batch was written but its metrics were not observed")
+    jvm = spark._jvm
+    assert jvm is not None  # a classic session: checked when the plan was built
+    row = CPickleSerializer().loads(jvm.org.apache.spark.sql.api.python.PythonSQLUtils.toPyRow(observed))
+    return BatchMetrics.of(row.asDict(recursive=False))
 
 
 def _with_behind(schema: StructType) -> StructType:

@@ -377,7 +377,7 @@ class RouterJob:
             context = batch_context(self.spark, pending=frozenset((name, s, v) for s, v in pending))
             self._plan = BatchPlan(
                 self.spark,
-                batch.schema,
+                batch,
                 snapshot,
                 context,
                 Destinations(self.topology, unavailable),

@@ -30,13 +30,18 @@ public final class KafkaWrite {
    * observed under {@code observed}, or null when the plan observed none by that name.
    */
   public static Row write(Dataset<Row> records, Map<String, String> options, String observed) {
+    QueryExecution execution = records.queryExecution();
+    run(execution, options);
+    Option<Row> metrics = execution.observedMetrics().get(observed);
+    return metrics.isDefined() ? metrics.get() : null;
+  }
+
+  /** Run {@code execution}'s records (key, value, topic, headers) into Kafka with {@code options}. */
+  static void run(QueryExecution execution, Map<String, String> options) {
     scala.collection.immutable.Map<String, String> given =
         scala.collection.immutable.Map$.MODULE$.from(CollectionConverters.asScala(options));
     CaseInsensitiveMap<String> parameters = new CaseInsensitiveMap<>(given);
     Map<String, Object> producer = KafkaSourceProvider$.MODULE$.kafkaParamsForProducer(parameters);
-    QueryExecution execution = records.queryExecution();
     KafkaWriter.write(execution, producer, Option.empty());
-    Option<Row> metrics = execution.observedMetrics().get(observed);
-    return metrics.isDefined() ? metrics.get() : null;
   }
 }

@@ -1,0 +1,82 @@
+"""`router.plan.Prepared`: a query planned once and run over each micro-batch (`streaming.spark.batch`).
+
+Each batch here is, like the streaming job's, a query with a shuffle of its own (the state
+processor's); the kept query over it writes to a real Kafka topic, so what it wrote is read back.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from streaming.kafka.admin import end_offsets, ensure_topics
+from streaming.spark.batch import _Prepared
+
+pytestmark = pytest.mark.integration
+
+
+def batch(spark: SparkSession, ids: range) -> DataFrame:
+    """A micro-batch-like frame: its rows come out of a shuffle, like the state processor's."""
+    rows = spark.createDataFrame([(f"m{i}", i % 3) for i in ids], "id string, kind int")
+    return rows.repartition(1, "kind")
+
+
+def records(topic: str, frame: DataFrame) -> DataFrame:
+    """Kafka records of `frame`'s rows, with the row count and the ids seen observed as metrics."""
+    observed = frame.observe(
+        "router_batch", F.count(F.lit(1)).alias("records"), F.collect_set("id").alias("ids")
+    )
+    return observed.select(
+        F.col("id").cast("binary").alias("key"),
+        F.concat(F.lit("kind "), F.col("kind").cast("string")).cast("binary").alias("value"),
+        F.lit(topic).alias("topic"),
+    )
+
+
+def values(bootstrap: str, topic: str) -> list[str]:
+    """Every record value of `topic` now, as text."""
+    ends = end_offsets(bootstrap, topic)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4()}"})
+    out: list[str] = []
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        while len(out) < sum(ends.values()):
+            record = consumer.poll(10.0)
+            assert record is not None, f"{topic}: read {len(out)} of {sum(ends.values())} records"
+            if not record.error():
+                out.append(record.value().decode())
+    finally:
+        consumer.close()
+    return out
+
+
+def test_each_batch_runs_the_kept_query_alone_with_its_own_metrics(
+    spark: SparkSession, kafka_bootstrap: str, unique_topic
+) -> None:
+    topic = unique_topic("prepared")
+    ensure_topics(kafka_bootstrap, [topic])
+    first, second = batch(spark, range(0, 5)), batch(spark, range(5, 12))
+    prepared = _Prepared.of(first, lambda b: records(topic, b))
+    assert prepared is not None
+    options = {"kafka.bootstrap.servers": kafka_bootstrap}
+
+    one = prepared.write(first, options)
+    two = prepared.write(second, options)
+    three = prepared.write(batch(spark, range(0)), options)
+
+    # Each run's metrics are its own batch's, not a running total.
+    assert (one.getLong(0), sorted(one.getList(1))) == (5, [f"m{i}" for i in range(5)])
+    assert (two.getLong(0), sorted(two.getList(1))) == (7, sorted(f"m{i}" for i in range(5, 12)))
+    assert three.getLong(0) == 0
+    assert sorted(values(kafka_bootstrap, topic)) == sorted(f"kind {i % 3}" for i in range(12))
+
+
+def test_a_query_with_a_shuffle_of_its_own_is_not_kept(spark: SparkSession, unique_topic) -> None:
+    # Its shuffle's map outputs would be read again, for the next batch, as if they were new.
+    topic = unique_topic("prepared")
+    prepared = _Prepared.of(batch(spark, range(3)), lambda b: records(topic, b.repartition(2, "id")))
+    assert prepared is None
