@@ -135,11 +135,9 @@ class BatchPlan:
         self._prepared: Any = None
         if self.in_one_pass and not (snapshot.flags.has_transport and ensure_topics is not None):
             # The usual case: the whole query is planned now, once, and kept (`_Prepared`).
-            def records(b: DataFrame) -> DataFrame | None:
-                decided = decide_each(prepared(b), snapshot, context)
-                if _shuffles(decided):
-                    return None
-                return output(apply_behind(mark_in_batch_order(decided)).drop(BEHIND), destinations)
+            def records(b: DataFrame) -> DataFrame:
+                decided = mark_in_batch_order(decide_each(prepared(b), snapshot, context))
+                return output(apply_behind(decided).drop(BEHIND), destinations)
 
             self._prepared = _Prepared.of(like, records)
             if self._prepared is not None:
@@ -191,33 +189,23 @@ class BatchPlan:
 class _Prepared:
     """A Python handle on `router.plan.Prepared`: a query over micro-batches, planned once."""
 
-    def __init__(self, spark: SparkSession, prepared: Any) -> None:
-        self.spark = spark
+    def __init__(self, prepared: Any) -> None:
         self._prepared = prepared
 
     @classmethod
-    def of(cls, like: DataFrame, build: Callable[[DataFrame], DataFrame | None]) -> _Prepared | None:
-        """`build` over micro-batches like `like`, or None when it gives None or a query not kept."""
+    def of(cls, like: DataFrame, build: Callable[[DataFrame], DataFrame]) -> _Prepared | None:
+        """`build` over micro-batches like `like`, or None when the query cannot be kept (a shuffle)."""
         spark = like.sparkSession
         jvm = spark._jvm
         if jvm is None:
             raise RouterError("the batch plan needs a classic SparkSession (a JVM), not Spark Connect")
         prepared = jvm.router.plan.Prepared(like._jdf)
         records = build(DataFrame(prepared.input(), spark))
-        if records is None or not prepared.keep(records._jdf):
-            return None
-        return cls(spark, prepared)
+        return cls(prepared) if prepared.keep(records._jdf) else None
 
     def write(self, batch: DataFrame, kafka_options: Mapping[str, str]) -> Any:
         """Run the query over `batch`, write its records; the observed metrics (a JVM Row)."""
         return self._prepared.write(batch._jdf, dict(kafka_options), METRICS)
-
-
-def _shuffles(frame: DataFrame) -> bool:
-    """Whether `frame`'s plan has a shuffle of its own."""
-    jvm = frame.sparkSession._jvm
-    assert jvm is not None  # a classic session: checked by the caller
-    return bool(jvm.router.plan.Prepared.shuffles(frame._jdf))
 
 
 def _metrics(spark: SparkSession, observed: Any) -> BatchMetrics:

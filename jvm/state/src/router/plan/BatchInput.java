@@ -46,8 +46,7 @@ final class BatchInput extends RDD<InternalRow> {
   public Partition[] getPartitions() {
     Partition[] out = new Partition[partitions];
     for (int i = 0; i < partitions; i++) {
-      final int index = i;
-      out[i] = new Slot(index);
+      out[i] = new Slot(i);
     }
     return out;
   }

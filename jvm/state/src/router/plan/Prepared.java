@@ -1,19 +1,24 @@
 package router.plan;
 
+import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Deque;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 
+import org.apache.spark.Dependency;
+import org.apache.spark.ShuffleDependency;
+import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
-import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.execution.CollectMetricsExec;
 import org.apache.spark.sql.execution.CollectMetricsExec$;
 import org.apache.spark.sql.execution.QueryExecution;
 import org.apache.spark.sql.execution.SparkPlan;
-import org.apache.spark.sql.execution.exchange.ShuffleExchangeLike;
 import org.apache.spark.sql.classic.SparkSession;
-import org.apache.spark.sql.types.StructType;
+import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * A batch query planned once and run over each micro-batch, with no planning per batch.
@@ -26,7 +31,7 @@ import org.apache.spark.sql.types.StructType;
  * physical plan, the same generated code, the snapshot tables broadcast once.
  *
  * <p>Only a query without a shuffle of its own can be kept: a shuffle's map outputs would be
- * taken for the next batch's. {@link #reusable} says whether the built query is such.
+ * taken for the next batch's ({@link #keep} refuses such a query).
  */
 public final class Prepared {
   private final BatchInput input;
@@ -47,51 +52,53 @@ public final class Prepared {
     return frame;
   }
 
-  /** Keep {@code records}, a query over {@link #input}; plan it now; return {@link #reusable}. */
+  /**
+   * Keep {@code records}, a query over {@link #input}, planned now; return whether it was kept.
+   *
+   * <p>It is not kept when a shuffle runs between {@link #input} and its output: that shuffle's map
+   * outputs would be read again, for the next batch, as if they were new. The RDDs are searched,
+   * not the plan, so a step put under the query as an RDD (the in-batch order pass) is seen too.
+   */
   public boolean keep(Dataset<Row> records) {
     QueryExecution built = records.queryExecution();
-    SparkPlan plan = built.executedPlan();
+    if (shuffles(built.toRdd())) {
+      return false;
+    }
     List<CollectMetricsExec> found = new ArrayList<>();
-    plan.foreach(
-        new scala.runtime.AbstractFunction1<SparkPlan, scala.runtime.BoxedUnit>() {
-          @Override
-          public scala.runtime.BoxedUnit apply(SparkPlan node) {
-            if (node instanceof CollectMetricsExec) {
-              found.add((CollectMetricsExec) node);
-            }
-            return scala.runtime.BoxedUnit.UNIT;
-          }
-        });
-    this.execution = built;
-    this.observers = List.copyOf(found);
-    return reusable();
-  }
-
-  /** Whether the kept query may run again: it has no shuffle of its own. */
-  public boolean reusable() {
-    return execution != null && !shuffles(execution);
-  }
-
-  /** Whether {@code query}'s plan shuffles (a query put under the kept one by an RDD is not seen in its plan). */
-  public static boolean shuffles(Dataset<Row> query) {
-    return shuffles(query.queryExecution());
-  }
-
-  private static boolean shuffles(QueryExecution query) {
-    boolean[] shuffles = {false};
-    query
+    built
         .executedPlan()
         .foreach(
             new scala.runtime.AbstractFunction1<SparkPlan, scala.runtime.BoxedUnit>() {
               @Override
               public scala.runtime.BoxedUnit apply(SparkPlan node) {
-                if (node instanceof ShuffleExchangeLike) {
-                  shuffles[0] = true;
+                if (node instanceof CollectMetricsExec) {
+                  found.add((CollectMetricsExec) node);
                 }
                 return scala.runtime.BoxedUnit.UNIT;
               }
             });
-    return shuffles[0];
+    this.execution = built;
+    this.observers = List.copyOf(found);
+    return true;
+  }
+
+  /** Whether a shuffle dependency lies on the way from {@code rdd} down to {@link #input}. */
+  private boolean shuffles(RDD<?> rdd) {
+    Deque<RDD<?>> toVisit = new ArrayDeque<>(List.of(rdd));
+    Set<Integer> seen = new HashSet<>();
+    while (!toVisit.isEmpty()) {
+      RDD<?> next = toVisit.pop();
+      if (next == input || !seen.add(next.id())) {
+        continue;
+      }
+      for (Dependency<?> dependency : CollectionConverters.asJava(next.dependencies())) {
+        if (dependency instanceof ShuffleDependency) {
+          return true;
+        }
+        toVisit.push(dependency.rdd());
+      }
+    }
+    return false;
   }
 
   /**
@@ -102,8 +109,7 @@ public final class Prepared {
     if (execution == null) {
       throw new IllegalStateException("a prepared query was run before one was kept");
     }
-    org.apache.spark.rdd.RDD<InternalRow> rows = batch.queryExecution().toRdd();
-    input.take(rows);
+    input.take(batch.queryExecution().toRdd());
     for (CollectMetricsExec observer : observers) {
       observer.resetMetrics();
     }
