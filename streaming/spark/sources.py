@@ -92,6 +92,17 @@ PRODUCER_DEFAULTS = {
 Measured on 100,000 messages: the write stage 22.8 s instead of 31.9 s. `kafka_options` override them."""
 
 
+CONSUMER_DEFAULTS = {"kafka.fetch.max.wait.ms": "10"}
+"""The query's consumers: a fetch the broker may hold for at most 10 ms when it has nothing new.
+
+Spark keeps each partition's consumer between micro-batches, and a consumer that read to the end of
+a partition leaves a fetch for the next records at the broker. When that partition gets nothing
+new (the choices topic, written once per batch; any input once a load pauses), the broker holds
+the fetch for `fetch.max.wait.ms` (500 ms by default) and the next batch's task waits for it before
+it can fetch again: measured at 1,000 msg/s, every batch's read stage took 520 ms for 10 ms of
+work. With 10 ms the batch took 0.6 s instead of 1.15 s. `kafka_options` override it."""
+
+
 def kafka_options(settings: Settings) -> dict[str, str]:
     """Options for the Spark Kafka source and sink."""
     return {"kafka.bootstrap.servers": settings.bootstrap, **settings.kafka_options}
@@ -138,7 +149,7 @@ def _kafka(
 ) -> DataFrame:
     reader = (
         spark.readStream.format("kafka")
-        .options(**kafka_options(settings))
+        .options(**{**CONSUMER_DEFAULTS, **kafka_options(settings)})
         .option("subscribe", ",".join(subscribe))
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "false")
