@@ -1,16 +1,23 @@
 """The router's latency under a fixed offered load: `router run` fed at a steady rate.
 
-usage: python -m bench.latency [--rates 1000,10000] [--duration 60] [--routes 10] [--drain 120]
-                               [--bootstrap HOST:PORT]
+usage: python -m bench.latency [--rates 1000,10000] [--duration 60] [--warm-up 20] [--routes 10]
+                               [--drain 120] [--bootstrap HOST:PORT]
 
 `measure_latency` loads a fresh namespace with instance i1's catalog and routes (`bench.common`),
-starts `router run` (`bench.router_process`), waits until it has routed a probe message, then for
-each rate produces the benchmark's messages to i1's outbound topic at that rate for `duration_s`
-seconds, paced (each message at its own instant, not in bursts), and waits up to `drain_s` seconds
-for the router to deliver them. Per message the latency is the Kafka timestamp of its record in its
-destination topic minus that of the record produced (both CreateTime: the producer here sets the
-one, the router's Kafka sink the other). It reports the percentiles, the offered rate achieved and
-how many messages arrived, then stops the router with SIGINT.
+starts `router run` (`bench.router_process`), waits until it has routed a probe message, offers a
+warm-up load (the highest rate for `warm_up_s` seconds), then for each rate produces the benchmark's
+messages to i1's outbound topic at that rate for `duration_s` seconds, paced (each message at its
+own instant, not in bursts), and waits up to `drain_s` seconds for the router to deliver them. Per
+message the latency is the Kafka timestamp of its record in its destination topic minus that of the
+record produced (both CreateTime: the producer here sets the one, the router's Kafka sink the other).
+It reports the percentiles, the offered rate achieved and how many messages arrived, then stops the
+router with SIGINT.
+
+The warm-up is measured like the others and reported apart (`LatencyRun.warm_up`): in the first
+seconds after it starts, the router's JVM compiles the decision's generated code, and its first
+batches of a load take seconds (measured: 3.5-4 s for the first 45,000-record batches at
+10,000 msg/s, 0.9 s for the same batches 15 s later). The loads after it show the router as it
+runs for hours; the warm-up shows what a freshly started router adds.
 
 The messages are encoded before each load starts, so that producing them is all the pacing loop
 does. Without --bootstrap the module starts an embedded broker on a free port.
@@ -46,6 +53,7 @@ from streaming.rules.model import Instance, Route
 LOAD_PRODUCER = {"linger.ms": "1", "acks": "all", "queue.buffering.max.messages": 2_000_000}
 SLEEP_AHEAD_S = 0.0005  # a message more than this ahead of its instant waits for it
 DRAIN_S = 120.0
+WARM_UP_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,8 @@ class LatencyRun:
 
     results: list[LatencyResult]
     stop: RouterStop
+    warm_up: LatencyResult | None = None
+    """The load offered first, right after the router started (not one of `results`)."""
 
 
 def offered_load(bootstrap: str, topic: str, values: Sequence[tuple[bytes, bytes]], rate: float) -> Sent:
@@ -186,19 +196,24 @@ def measure_latency(
     rates: Sequence[float],
     duration_s: float,
     *,
+    warm_up_s: float = WARM_UP_S,
     routes: int = 10,
     drain_s: float = DRAIN_S,
     instance: Instance = I1,
 ) -> LatencyRun:
-    """One fresh namespace, one `router run`, one load per rate in turn; then SIGINT."""
+    """One fresh namespace, one `router run`, a warm-up load, then one load per rate; then SIGINT."""
     with fresh_router(bootstrap, instance, routes) as router:
         table = routes_for(routes)
+        warm_up = None
+        if warm_up_s > 0:
+            progress(f"latency: warm-up at {max(rates):,.0f} msg/s for {warm_up_s:g} s, reported apart")
+            warm_up = measure_load(router, table, max(rates), warm_up_s, tag="warm", drain_s=drain_s)
         results = [
             measure_load(router, table, rate, duration_s, tag=f"r{n}", drain_s=drain_s)
             for n, rate in enumerate(rates)
         ]
         progress("latency: stopping the router (SIGINT)")
-        return LatencyRun(results, router.stop())
+        return LatencyRun(results, router.stop(), warm_up)
 
 
 def main() -> None:
@@ -207,16 +222,23 @@ def main() -> None:
     )
     parser.add_argument("--rates", default="1000,10000", help="offered loads, msg/s (default 1000,10000)")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds per load (default 60)")
+    parser.add_argument(
+        "--warm-up", type=float, default=WARM_UP_S, help="seconds of the first, separate load (default 20)"
+    )
     parser.add_argument("--routes", type=int, default=10, help="route-table size (default 10)")
     parser.add_argument("--drain", type=float, default=DRAIN_S, help="seconds to wait for the router")
     parser.add_argument("--bootstrap", help="an existing broker (default: start an embedded one)")
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
     with kafka(args.bootstrap) as bootstrap:
-        run = measure_latency(bootstrap, rates, args.duration, routes=args.routes, drain_s=args.drain)
-    for r in run.results:
+        run = measure_latency(
+            bootstrap, rates, args.duration, warm_up_s=args.warm_up, routes=args.routes, drain_s=args.drain
+        )
+    for r in ([run.warm_up] if run.warm_up else []) + run.results:
+        label = "warm-up: " if r is run.warm_up else ""
         print(
-            f"offered {r.target_rate:,.0f} msg/s (achieved {r.achieved_rate:,.0f}) for {r.duration_s:g} s: "
+            f"{label}offered {r.target_rate:,.0f} msg/s (achieved {r.achieved_rate:,.0f}) "
+            f"for {r.duration_s:g} s: "
             f"received {r.received:,} of {r.produced:,}; latency ms p50 {r.p50_ms:,.0f}, "
             f"p95 {r.p95_ms:,.0f}, p99 {r.p99_ms:,.0f}, max {r.max_ms:,.0f}"
         )
