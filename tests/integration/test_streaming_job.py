@@ -213,7 +213,8 @@ def test_a_route_created_while_messages_wait_releases_them_in_order(spark, kafka
     # The first could not be located (M5, AutoCreatedLocal); the others wait behind it (D1).
     assert [h.get("reason") for h, _ in delayed] == ["service_not_found", "no_route", "no_route"]
     # The replay reads back what it delayed: the conversation waits in the state store (D2).
-    assert len(job.waiting()) == 3
+    waiting = job.waiting()
+    assert len(waiting) == 3
 
     # A route appears; once the conversation is due (retry_s) it is re-routed against the
     # routes of that moment, ahead of its newer message, and everything leaves in order.
@@ -222,8 +223,14 @@ def test_a_route_created_while_messages_wait_releases_them_in_order(spark, kafka
         Route("AW", "RemoteRoute", "TCP://i2:4022", service="Remote"),
         topics.routes_topic(prefix),
     )
-    due_at = max(datetime.fromisoformat(h["due_at"].replace("Z", "+00:00")) for h, _ in delayed)
-    while datetime.now(timezone.utc) <= due_at:  # wait for the stated due time, not a guess
+    # Wait for the due time the state store holds, not a guess: retry_s after each delayed record
+    # was written (its `due_at` header counts from the decision, up to a batch earlier).
+    due_at = max(waiting) / 1000 + I1.retry_s
+    assert (
+        due_at
+        >= max(datetime.fromisoformat(h["due_at"].replace("Z", "+00:00")) for h, _ in delayed).timestamp()
+    )
+    while time.time() <= due_at:
         time.sleep(0.1)
     produce(kafka_bootstrap, outbound, [("c9", message("c9", "Remote", 3))])
     job = replay(spark, kafka_bootstrap, prefix, tmp_path)
