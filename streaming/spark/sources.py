@@ -95,17 +95,22 @@ Measured on 100,000 messages: the write stage 22.8 s instead of 31.9 s. `kafka_o
 CONSUMER_DEFAULTS = {"kafka.fetch.max.wait.ms": "10"}
 """The query's consumers: a fetch the broker may hold for at most 10 ms when it has nothing new.
 
-Spark keeps each partition's consumer between micro-batches, and a consumer that read to the end of
-a partition leaves a fetch for the next records at the broker. When that partition gets nothing
-new (the choices topic, written once per batch; any input once a load pauses), the broker holds
-the fetch for `fetch.max.wait.ms` (500 ms by default) and the next batch's task waits for it before
-it can fetch again: measured at 1,000 msg/s, every batch's read stage took 520 ms for 10 ms of
-work. With 10 ms the batch took 0.6 s instead of 1.15 s. `kafka_options` override it."""
+Spark keeps each partition's consumer between micro-batches. Measured at 1,000 msg/s, every
+batch's read stage had a task that took 520 ms for 10 ms of work, on a partition with nothing new
+since the last batch (the choices topic, written once per batch; any input once a load pauses):
+about the 500 ms a broker may hold a fetch by default, as if the task waited out the fetch its
+consumer had left at the broker. With 10 ms the batch took 0.6 s instead of 1.15 s.
+`kafka_options` override it."""
 
 
 def kafka_options(settings: Settings) -> dict[str, str]:
     """Options for the Spark Kafka source and sink."""
     return {"kafka.bootstrap.servers": settings.bootstrap, **settings.kafka_options}
+
+
+def read_options(settings: Settings) -> dict[str, str]:
+    """Options for the query's Kafka sources: `kafka_options` over `CONSUMER_DEFAULTS`."""
+    return {**CONSUMER_DEFAULTS, **kafka_options(settings)}
 
 
 def write_options(settings: Settings) -> dict[str, str]:
@@ -149,7 +154,7 @@ def _kafka(
 ) -> DataFrame:
     reader = (
         spark.readStream.format("kafka")
-        .options(**{**CONSUMER_DEFAULTS, **kafka_options(settings)})
+        .options(**read_options(settings))
         .option("subscribe", ",".join(subscribe))
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "false")
