@@ -40,7 +40,7 @@ from typing import Any
 
 from bench.chart import render_chart
 from bench.common import kafka, new_prefix, prepare, progress, routes_for
-from bench.latency import LatencyRun, measure_latency
+from bench.latency import LatencyResult, LatencyRun, measure_latency
 from bench.memory import MemoryResult, measure_memory
 from bench.python_loop import LoopResult, python_loop
 from bench.throughput import DelayedRun, Measurement, measure_throughput, run_delayed
@@ -155,12 +155,8 @@ def main() -> None:
             "msg_s": delayed.messages / delayed.seconds,
         },
         "memory": asdict(memory),
-        "latency": [{k: v for k, v in asdict(r).items() if k != "latencies_ms"} for r in latency.results],
-        "latency_warm_up": (
-            {k: v for k, v in asdict(latency.warm_up).items() if k != "latencies_ms"}
-            if latency.warm_up
-            else None
-        ),
+        "latency": [_summary(r) for r in latency.results],
+        "latency_warm_up": _summary(latency.warm_up) if latency.warm_up else None,
         "route_change_ms": timing.route_change.propagation_ms,
         "first_route_change_ms": timing.first_change.propagation_ms if timing.first_change else None,
         "retry": asdict(timing.retry),
@@ -181,6 +177,11 @@ def main() -> None:
     report = render(figures, throughput, loop, delayed, memory, latency, timing)
     (out / "RESULTS.md").write_text(report, encoding="utf-8")
     print(report)
+
+
+def _summary(result: LatencyResult) -> dict[str, Any]:
+    """A load's figures for results.json, without the latency of every message."""
+    return {k: v for k, v in asdict(result).items() if k != "latencies_ms"}
 
 
 def _met(ok: bool) -> str:
@@ -271,7 +272,7 @@ def render(
     latency = latency_run.results
     warm_up = [latency_run.warm_up] if latency_run.warm_up else []
     for r in warm_up + latency:
-        label = "warm-up, right after the start: " if r in warm_up else ""
+        label = "warm-up, right after the start: " if r is latency_run.warm_up else ""
         lines.append(
             f"| {label}{r.target_rate:,.0f} ({r.achieved_rate:,.0f}) | {r.duration_s:g} | {r.received:,} of "
             f"{r.produced:,} | {r.p50_ms:,.0f} | {r.p95_ms:,.0f} | {r.p99_ms:,.0f} | {r.max_ms:,.0f} |"

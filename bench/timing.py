@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from itertools import pairwise
 
 from confluent_kafka import Message, Producer
 
@@ -222,7 +223,7 @@ def retry_lateness(delays: dict[str, list[Message]]) -> list[int]:
     late = []
     for records in delays.values():
         ordered = sorted(records, key=lambda r: r.timestamp()[1])
-        late += [b.timestamp()[1] - due_ms(a) for a, b in zip(ordered, ordered[1:], strict=False)]
+        late += [b.timestamp()[1] - due_ms(a) for a, b in pairwise(ordered)]
     return sorted(late)
 
 
