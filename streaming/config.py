@@ -11,9 +11,13 @@ A settings file is YAML; every key is optional but `instance`:
     spark_master: local[2]            # or spark://host:7077 (env ROUTER_SPARK_MASTER overrides)
     shuffle_partitions: 2
     keep_choice_s: 3600               # how long an unpinned conversation keeps its chosen route (K2); 0 = off
-    kafka_options: {}                 # extra `kafka.*` options for the Spark source and sink
+    kafka: {}                         # security: streaming/kafka/connection.py (every client uses it)
+    kafka_options: {}                 # extra `kafka.*` tuning options for the Spark source and sink only
 
-Secrets (SASL passwords in `kafka_options`) are never printed: `describe()` masks them.
+`bootstrap` and `kafka` make the one `KafkaConnection` that Spark, the AdminClient, the table
+readers and writers and every command connect with. `kafka_options` may not hold connection
+settings (security, bootstrap): those would reach Spark alone. Secrets are never printed:
+`describe()` masks them.
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ from typing import Any
 import yaml
 
 from streaming.errors import ConfigError
+from streaming.kafka.connection import KafkaConnection, check_no_connection_options, connection_from
 from streaming.topics import DEFAULT_PREFIX, check_prefix
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
+"""Where `router kafka start` (and docker-compose.yml) puts the broker."""
 _KNOWN = {
     "instance",
     "bootstrap",
@@ -40,6 +46,7 @@ _KNOWN = {
     "spark_master",
     "shuffle_partitions",
     "keep_choice_s",
+    "kafka",
     "kafka_options",
 }
 _SECRET_WORDS = ("password", "secret", "jaas", "token", "key")
@@ -50,7 +57,7 @@ class Settings:
     """Everything a router job needs to know, fixed for its lifetime."""
 
     instance: str
-    bootstrap: str = DEFAULT_BOOTSTRAP
+    kafka: KafkaConnection = KafkaConnection(DEFAULT_BOOTSTRAP)
     topic_prefix: str = DEFAULT_PREFIX
     checkpoint_dir: Path = Path(".state/checkpoints")
     trigger_seconds: float = 1.0
@@ -60,6 +67,11 @@ class Settings:
     keep_choice_s: float = 3600.0
     kafka_options: Mapping[str, str] = field(default_factory=dict)
 
+    @property
+    def bootstrap(self) -> str:
+        """The bootstrap servers of `kafka`."""
+        return self.kafka.bootstrap
+
     def describe(self) -> str:
         """One line for logs, with secret-looking Kafka options masked."""
         options = {
@@ -67,14 +79,14 @@ class Settings:
             for k, v in self.kafka_options.items()
         }
         return (
-            f"instance={self.instance} bootstrap={self.bootstrap} prefix={self.topic_prefix} "
+            f"instance={self.instance} kafka={self.kafka.describe()} prefix={self.topic_prefix} "
             f"checkpoint={self.checkpoint_dir} trigger={self.trigger_seconds}s master={self.spark_master} "
             f"kafka_options={options}"
         )
 
 
-def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
-    """Read a settings file (or none), apply environment and explicit overrides, validate."""
+def _read(path: str | Path | None, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings file's mapping (none: empty), then the environment, then explicit overrides."""
     raw: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -95,6 +107,31 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     if os.environ.get("ROUTER_SPARK_MASTER"):
         raw["spark_master"] = os.environ["ROUTER_SPARK_MASTER"]
     raw.update({k: v for k, v in overrides.items() if v is not None})
+    return raw
+
+
+def _connection(raw: Mapping[str, Any], where: str) -> KafkaConnection:
+    given = raw.get("kafka")
+    if isinstance(given, KafkaConnection):  # handed over whole by the code that runs the job
+        return given
+    if given is not None and not isinstance(given, Mapping):
+        raise ConfigError(f"{where}: kafka: expected a mapping of connection settings, got {given!r}")
+    return connection_from(str(raw.get("bootstrap", DEFAULT_BOOTSTRAP)), given, f"{where}")
+
+
+def load_connection(path: str | Path | None = None, bootstrap: str | None = None) -> KafkaConnection:
+    """The Kafka connection of a settings file (or none): its `bootstrap` and `kafka` section.
+
+    For the commands that talk to Kafka without routing (`routes`, `catalogs`, `send`, `tail`):
+    `bootstrap` (their flag) overrides the file and $ROUTER_BOOTSTRAP; `instance` is not needed.
+    """
+    raw = _read(path, {"bootstrap": bootstrap})
+    return _connection(raw, str(path) if path is not None else "settings")
+
+
+def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
+    """Read a settings file (or none), apply environment and explicit overrides, validate."""
+    raw = _read(path, overrides)
     where = str(path) if path is not None else "settings"
     instance = raw.get("instance")
     if not isinstance(instance, str) or not instance:
@@ -102,7 +139,7 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     try:
         settings = Settings(
             instance=instance,
-            bootstrap=str(raw.get("bootstrap", DEFAULT_BOOTSTRAP)),
+            kafka=_connection(raw, where),
             topic_prefix=str(raw.get("topic_prefix", DEFAULT_PREFIX)),
             checkpoint_dir=Path(raw.get("checkpoint_dir", Path(".state/checkpoints") / instance)),
             trigger_seconds=float(raw.get("trigger_seconds", 1.0)),
@@ -114,6 +151,7 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: a setting has the wrong type: {exc}") from exc
+    check_no_connection_options(settings.kafka_options, where)
     if settings.trigger_seconds <= 0 or settings.max_offsets_per_trigger <= 0:
         raise ConfigError(f"{where}: trigger_seconds and max_offsets_per_trigger must be positive")
     if settings.keep_choice_s < 0:

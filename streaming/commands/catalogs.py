@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from streaming.commands.common import (
-    add_bootstrap_argument,
+    add_kafka_arguments,
     add_prefix_argument,
-    bootstrap_from,
     format_table,
+    kafka_from,
     refuse_skipped,
     skipped_note,
 )
@@ -41,7 +41,7 @@ def register(subparsers: Any) -> None:
     load.add_argument(
         "--dry-run", action="store_true", help="validate the files and print them; publish nothing"
     )
-    add_bootstrap_argument(load)
+    add_kafka_arguments(load)
     add_prefix_argument(load)
     load.set_defaults(func=run_load)
 
@@ -50,7 +50,7 @@ def register(subparsers: Any) -> None:
     listing.add_argument(
         "--strict", action="store_true", help="exit 2, listing them, if any record of the topic is skipped"
     )
-    add_bootstrap_argument(listing)
+    add_kafka_arguments(listing)
     add_prefix_argument(listing)
     listing.set_defaults(func=run_list)
 
@@ -60,7 +60,7 @@ def run_load(args: argparse.Namespace) -> int:
     instances = load_catalog_files(args.files)
     topic = catalogs_topic(args.topic_prefix)
     if not args.dry_run:
-        publish_catalogs(bootstrap_from(args), instances, topic)
+        publish_catalogs(kafka_from(args), instances, topic)
     for instance in instances:
         print(f"{instance.name}: {instance.address}, {len(instance.databases)} database(s)")
     verb = "checked" if args.dry_run else f"published to {topic}"
@@ -70,7 +70,7 @@ def run_load(args: argparse.Namespace) -> int:
 
 def run_list(args: argparse.Namespace) -> int:
     """Print each instance's endpoint settings and databases."""
-    read = read_catalog_table(bootstrap_from(args), catalogs_topic(args.topic_prefix))
+    read = read_catalog_table(kafka_from(args), catalogs_topic(args.topic_prefix))
     if args.strict:
         refuse_skipped(read)
     instances = read.values()

@@ -1,4 +1,4 @@
-"""What the commands that talk to Kafka share: the bootstrap address, the topic prefix, output helpers."""
+"""What the commands that talk to Kafka share: the connection, the topic prefix, output helpers."""
 
 from __future__ import annotations
 
@@ -9,23 +9,49 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from streaming.config import DEFAULT_BOOTSTRAP, load_connection
 from streaming.errors import ConfigError, RouterError
+from streaming.kafka.connection import KafkaConnection
 from streaming.tables.reader import TableRead
 from streaming.topics import DEFAULT_PREFIX, MAX_PREFIX, check_prefix
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
-"""Where `router kafka start` (and docker-compose.yml) puts the broker."""
 BOOTSTRAP_ENV = "ROUTER_BOOTSTRAP"
+CONFIG_ENV = "ROUTER_CONFIG"
 
 
-def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
-    """Add `--bootstrap` (default: $ROUTER_BOOTSTRAP, else DEFAULT_BOOTSTRAP)."""
+def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add `--bootstrap` and `--config`: how the command connects to Kafka (`kafka_from`)."""
     parser.add_argument(
         "--bootstrap",
         metavar="HOST:PORT",
         default=None,
-        help=f"Kafka bootstrap servers (default: ${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})",
+        help=f"Kafka bootstrap servers (default: the settings file's, else ${BOOTSTRAP_ENV}, "
+        f"else {DEFAULT_BOOTSTRAP})",
     )
+    add_config_argument(parser, "its `bootstrap` and `kafka` (security) settings say how to connect")
+
+
+def add_config_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """Add `--config FILE`, the router's settings file (default: $ROUTER_CONFIG)."""
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help=f"the router's settings YAML (streaming/config.py); {what} (default: ${CONFIG_ENV})",
+    )
+
+
+def config_path(args: argparse.Namespace) -> str | None:
+    """The settings file: `--config`, else $ROUTER_CONFIG, else none."""
+    return getattr(args, "config", None) or os.environ.get(CONFIG_ENV) or None
+
+
+def kafka_from(args: argparse.Namespace) -> KafkaConnection:
+    """The connection every client of the command uses (streaming/kafka/connection.py).
+
+    The settings file's `bootstrap` and `kafka` section, under $ROUTER_BOOTSTRAP, under `--bootstrap`.
+    """
+    return load_connection(config_path(args), getattr(args, "bootstrap", None))
 
 
 def topic_prefix_type(text: str) -> str:
@@ -53,14 +79,6 @@ def add_prefix_argument(parser: argparse.ArgumentParser, default: str | None = D
         default=default,
         help=f"namespace of the router's topics, 1 to {MAX_PREFIX} characters of [A-Za-z0-9._-] ({shown})",
     )
-
-
-def bootstrap_from(args: argparse.Namespace) -> str:
-    """Return the bootstrap address: `--bootstrap`, else $ROUTER_BOOTSTRAP, else DEFAULT_BOOTSTRAP."""
-    given = getattr(args, "bootstrap", None)
-    if given:
-        return str(given)
-    return os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
 
 
 def utc_now() -> datetime:

@@ -27,6 +27,7 @@ from streaming.errors import RouterError
 from streaming.jars import project_root
 from streaming.kafka.admin import end_offsets, topic_names
 from streaming.kafka.avro import new_message_record
+from streaming.kafka.connection import ClientValue, client_config
 from streaming.kafka.embedded import DEFAULT_PORT, EmbeddedKafka
 from streaming.tables.loading import load_catalog_files, load_route_files
 from streaming.tables.topic_io import publish_catalogs, publish_routes
@@ -163,9 +164,8 @@ def _summary(bootstrap: str, prefix: str) -> str:
         t for t in topic_names(bootstrap) if t.startswith(f"{prefix}.") and not t.endswith(_NOT_DESTINATIONS)
     )
     counts: Counter[tuple[str, str]] = Counter()
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"demo-{uuid.uuid4()}", "enable.auto.commit": False}
-    )
+    own: dict[str, ClientValue] = {"group.id": f"demo-{uuid.uuid4()}", "enable.auto.commit": False}
+    consumer = Consumer(client_config(bootstrap, **own))
     try:
         for topic in destinations:
             ends = end_offsets(bootstrap, topic)

@@ -21,16 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from streaming.commands.common import (
-    add_bootstrap_argument,
+    add_kafka_arguments,
     add_prefix_argument,
-    bootstrap_from,
     format_instant,
     format_table,
+    kafka_from,
     parse_instant_arg,
     refuse_skipped,
     skipped_note,
     utc_now,
 )
+from streaming.kafka.connection import Kafka
 from streaming.rules.model import Route
 from streaming.tables.loading import load_route_files
 from streaming.tables.reader import catalog_databases, read_catalog_table, read_routes
@@ -53,7 +54,7 @@ def register(subparsers: Any) -> None:
     load.add_argument(
         "--dry-run", action="store_true", help="validate the files and print them; publish nothing"
     )
-    add_bootstrap_argument(load)
+    add_kafka_arguments(load)
     add_prefix_argument(load)
     load.set_defaults(func=run_load)
 
@@ -64,7 +65,7 @@ def register(subparsers: Any) -> None:
     listing.add_argument(
         "--strict", action="store_true", help="exit 2, listing them, if any record of the topic is skipped"
     )
-    add_bootstrap_argument(listing)
+    add_kafka_arguments(listing)
     add_prefix_argument(listing)
     listing.set_defaults(func=run_list)
 
@@ -78,9 +79,9 @@ def run_load(args: argparse.Namespace) -> int:
             print(f"{operation.op:<7} {operation.key}  ({operation.source})")
         print(f"checked {len(operations)} route operation(s) in {len(args.files)} file(s); published nothing")
         return 0
-    bootstrap = bootstrap_from(args)
-    databases = known_databases(bootstrap, args.topic_prefix)
-    changes = publish_routes(bootstrap, operations, topic, databases=databases)
+    kafka = kafka_from(args)
+    databases = known_databases(kafka, args.topic_prefix)
+    changes = publish_routes(kafka, operations, topic, databases=databases)
     for change in changes:
         print(f"{change.action:<7} {change.key}  ({change.source})")
     print(f"published {len(changes)} route change(s) to {topic}")
@@ -90,9 +91,9 @@ def run_load(args: argparse.Namespace) -> int:
 def run_list(args: argparse.Namespace) -> int:
     """Print the table on the routes topic, expired routes marked."""
     at = parse_instant_arg(args.at, "--at") if args.at else utc_now()
-    bootstrap = bootstrap_from(args)
+    kafka = kafka_from(args)
     read = read_routes(
-        bootstrap, routes_topic(args.topic_prefix), databases=known_databases(bootstrap, args.topic_prefix)
+        kafka, routes_topic(args.topic_prefix), databases=known_databases(kafka, args.topic_prefix)
     )
     if args.strict:
         refuse_skipped(read)
@@ -115,9 +116,9 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def known_databases(bootstrap: str, prefix: str) -> frozenset[str] | None:
+def known_databases(kafka: Kafka, prefix: str) -> frozenset[str] | None:
     """Return the database names of the catalogs on the catalogs topic, or None when it holds none."""
-    instances = read_catalog_table(bootstrap, catalogs_topic(prefix)).values()
+    instances = read_catalog_table(kafka, catalogs_topic(prefix)).values()
     return catalog_databases(instances) if instances else None
 
 

@@ -34,13 +34,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     """The settings flags shared by `run` and `replay`."""
-    parser.add_argument("--config", metavar="FILE", help="settings YAML (see streaming/config.py for keys)")
-    parser.add_argument("--instance", help="the instance to route for (overrides the settings file)")
-    parser.add_argument(
-        "--bootstrap", help="Kafka bootstrap servers (default 127.0.0.1:19092, env ROUTER_BOOTSTRAP)"
-    )
-    from streaming.commands.common import add_prefix_argument
+    from streaming.commands.common import add_kafka_arguments, add_prefix_argument
 
+    parser.add_argument("--instance", help="the instance to route for (overrides the settings file)")
+    add_kafka_arguments(parser)
     add_prefix_argument(parser, default=None)
     parser.add_argument(
         "--checkpoint-dir", help="where the query keeps its checkpoint (default .state/checkpoints/INSTANCE)"
@@ -59,8 +56,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(name)s %(message)s"
     )
+    from streaming.commands.common import config_path
+
     return load_settings(
-        args.config,
+        config_path(args),
         instance=args.instance,
         bootstrap=args.bootstrap,
         topic_prefix=args.topic_prefix,

@@ -27,15 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from streaming.commands.common import (
-    add_bootstrap_argument,
+    add_kafka_arguments,
     add_prefix_argument,
-    bootstrap_from,
     json_safe,
+    kafka_from,
     utc_now,
 )
 from streaming.errors import ConfigError, MalformedRecord
 from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import Record, encode_message, new_message_record
+from streaming.kafka.connection import Kafka
 from streaming.rules.model import CURRENT_DATABASE, DEFAULT_HOPS
 from streaming.tables.topic_io import produce_records, read_catalogs
 from streaming.tables.validate import Source, check_guid, fail
@@ -95,7 +96,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--ttl-ms", type=int, metavar="MS", help="time to live; sets expires_at (F3)")
     parser.add_argument("--file", type=Path, metavar="F", help="a .yaml/.yml/.json list of messages")
     parser.add_argument("--json", action="store_true", help="print each message sent as JSON")
-    add_bootstrap_argument(parser)
+    add_kafka_arguments(parser)
     add_prefix_argument(parser)
     parser.set_defaults(func=run)
 
@@ -121,11 +122,11 @@ def run(args: argparse.Namespace) -> int:
             )
             for i in range(args.count)
         ]
-    bootstrap = bootstrap_from(args)
-    resolve_current_database(records, args.instance, bootstrap, args.topic_prefix)
+    kafka = kafka_from(args)
+    resolve_current_database(records, args.instance, kafka, args.topic_prefix)
     check_origins(records, args.inbound, args.file)
     topic = (inbound_topic if args.inbound else outbound_topic)(args.instance, args.topic_prefix)
-    send_records(bootstrap, topic, records)
+    send_records(kafka, topic, records)
     for record in records:
         if args.json:
             print(json.dumps(json_safe({"topic": topic, **record})))
@@ -234,12 +235,12 @@ def records_from_file(path: Path, defaults: Mapping[str, Any], now: datetime) ->
     return records
 
 
-def resolve_current_database(records: list[Record], instance: str, bootstrap: str, prefix: str) -> None:
+def resolve_current_database(records: list[Record], instance: str, kafka: Kafka, prefix: str) -> None:
     """Replace `CURRENT DATABASE` targets by the sending database's broker instance (K1)."""
     wanted = [r for r in records if str(r.get("to_broker_instance") or "").upper() == CURRENT_DATABASE]
     if not wanted:
         return
-    instances, _ = read_catalogs(bootstrap, catalogs_topic(prefix))
+    instances, _ = read_catalogs(kafka, catalogs_topic(prefix))
     catalog = next((i for i in instances if i.name == instance), None)
     if catalog is None:
         raise ConfigError(
@@ -271,11 +272,11 @@ def check_origins(records: list[Record], inbound: bool, file: Path | None) -> No
             )
 
 
-def send_records(bootstrap: str, topic: str, records: list[Record]) -> int:
+def send_records(kafka: Kafka, topic: str, records: list[Record]) -> int:
     """Produce message records to `topic`, keyed by conversation id; return how many."""
-    ensure_topics(bootstrap, [topic])
+    ensure_topics(kafka, [topic])
     return produce_records(
-        bootstrap,
+        kafka,
         topic,
         ((str(r["conversation_id"]).encode("utf-8"), encode_message(r), None) for r in records),
     )

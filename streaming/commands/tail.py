@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, Message, TopicPartition
 
-from streaming.commands.common import add_bootstrap_argument, bootstrap_from, format_instant, json_safe
+from streaming.commands.common import add_kafka_arguments, format_instant, json_safe, kafka_from
 from streaming.errors import KafkaUnavailable, MalformedRecord, RouterError
 from streaming.kafka.admin import cluster_metadata
 from streaming.kafka.avro import decode_catalog, decode_message, decode_route
@@ -57,7 +57,7 @@ def register(subparsers: Any) -> None:
         default="auto",
         help="how to decode values (default: from the topic name)",
     )
-    add_bootstrap_argument(parser)
+    add_kafka_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -76,13 +76,13 @@ def run(args: argparse.Namespace) -> int:
     """Follow the topic until --max records or --timeout seconds of silence (or Ctrl-C)."""
     if args.max is not None and args.max < 1:
         raise RouterError(f"--max: expected 1 or more, got {args.max}")
-    bootstrap = bootstrap_from(args)
+    kafka = kafka_from(args)
     kind: TopicKind = topic_kind(args.topic) if args.kind == "auto" else args.kind
-    metadata = cluster_metadata(bootstrap).topics.get(args.topic)
+    metadata = cluster_metadata(kafka).topics.get(args.topic)
     if metadata is None:
-        raise RouterError(f"expected topic {args.topic!r} at {bootstrap}, it does not exist")
+        raise RouterError(f"expected topic {args.topic!r} at {kafka.bootstrap}, it does not exist")
     start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
-    reader = consumer(bootstrap, **{"enable.partition.eof": False})
+    reader = consumer(kafka, **{"enable.partition.eof": False})
     seen = 0
     try:
         reader.assign([TopicPartition(args.topic, p, start) for p in sorted(metadata.partitions)])
@@ -97,13 +97,13 @@ def run(args: argparse.Namespace) -> int:
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     continue
-                raise KafkaUnavailable(f"reading {args.topic} at {bootstrap}: {error.str()}")
+                raise KafkaUnavailable(f"reading {args.topic} at {kafka.bootstrap}: {error.str()}")
             last_activity = time.monotonic()
             seen += 1
             described = describe_record(record, kind)
             print(json.dumps(described) if args.json else format_record(described), flush=True)
     except KafkaException as exc:
-        raise KafkaUnavailable(f"reading {args.topic} at {bootstrap}: {exc}") from exc
+        raise KafkaUnavailable(f"reading {args.topic} at {kafka.bootstrap}: {exc}") from exc
     finally:
         reader.close()
     return 0

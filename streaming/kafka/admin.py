@@ -1,10 +1,12 @@
 """Thin helpers over confluent-kafka's AdminClient: topics and offsets.
 
-Every call takes the bootstrap address (`host:port[,host:port...]`) and builds its own short-lived
-client, so nothing is kept open between calls (a client must stay referenced until its futures
-resolve: a dropped AdminClient leaves them pending for ever). A broker that does not answer raises
+Every call takes the connection (`streaming.kafka.connection`: a `KafkaConnection`, or a bare
+bootstrap address for a PLAINTEXT broker) and builds its own short-lived client, so nothing is
+kept open between calls (a client must stay referenced until its futures resolve: a dropped
+AdminClient leaves them pending for ever). A broker that does not answer raises
 `KafkaUnavailable`; a request the broker refuses raises `RouterError` naming the topic and the
-broker's reason. librdkafka's own log lines go to the `streaming.kafka.librdkafka` logger, not stderr.
+broker's reason. librdkafka's own log lines go to the `streaming.kafka.librdkafka` logger, not
+stderr.
 """
 
 from __future__ import annotations
@@ -18,33 +20,42 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, OffsetSpec
 
 from streaming.errors import KafkaUnavailable, RouterError
+from streaming.kafka.connection import Kafka, bootstrap_of, client_config, connection_of
 
 _LIBRDKAFKA_LOG = logging.getLogger("streaming.kafka.librdkafka")
 
 
-def admin_client(bootstrap: str) -> AdminClient:
-    """Return an AdminClient for `bootstrap` whose log lines go to Python logging."""
-    return AdminClient({"bootstrap.servers": bootstrap}, logger=_LIBRDKAFKA_LOG)
+def admin_client(kafka: Kafka) -> AdminClient:
+    """Return an AdminClient connected by `kafka` whose log lines go to Python logging."""
+    return AdminClient(client_config(kafka), logger=_LIBRDKAFKA_LOG)
 
 
-def cluster_metadata(bootstrap: str, timeout: float = 10.0) -> ClusterMetadata:
+def cluster_metadata(kafka: Kafka, timeout: float = 10.0) -> ClusterMetadata:
     """Return the cluster's metadata (brokers and topics), or raise KafkaUnavailable."""
     try:
-        return admin_client(bootstrap).list_topics(timeout=timeout)
+        return admin_client(kafka).list_topics(timeout=timeout)
     except KafkaException as exc:
+        connection = connection_of(kafka)
+        how = (
+            "without security settings (a secured cluster needs the `kafka` section of the settings file, "
+            "--config)"
+            if connection.security_protocol == "PLAINTEXT"
+            else f"with {connection.describe()} (check the `kafka` section of the settings file)"
+        )
         raise KafkaUnavailable(
-            f"expected a Kafka broker answering at {bootstrap} within {timeout:g} s, got: {exc}"
+            f"expected a Kafka broker answering at {connection.bootstrap} within {timeout:g} s, "
+            f"connecting {how}; got: {exc}"
         ) from exc
 
 
-def broker_count(bootstrap: str, timeout: float = 5.0) -> int:
-    """Return how many brokers the cluster at `bootstrap` reports (KafkaUnavailable if none answers)."""
-    return len(cluster_metadata(bootstrap, timeout).brokers)
+def broker_count(kafka: Kafka, timeout: float = 5.0) -> int:
+    """Return how many brokers the cluster at `kafka` reports (KafkaUnavailable if none answers)."""
+    return len(cluster_metadata(kafka, timeout).brokers)
 
 
-def topic_names(bootstrap: str, timeout: float = 10.0) -> set[str]:
+def topic_names(kafka: Kafka, timeout: float = 10.0) -> set[str]:
     """Return the names of the cluster's topics, internal ones (`__consumer_offsets`) included."""
-    return set(cluster_metadata(bootstrap, timeout).topics)
+    return set(cluster_metadata(kafka, timeout).topics)
 
 
 def _result(future: Future[None], what: str, tolerated: int) -> bool:
@@ -62,7 +73,7 @@ def _result(future: Future[None], what: str, tolerated: int) -> bool:
 
 
 def ensure_topics(
-    bootstrap: str,
+    kafka: Kafka,
     names: Iterable[str],
     partitions: int = 1,
     compacted: bool = False,
@@ -85,25 +96,25 @@ def ensure_topics(
     topic_config = dict(config or {})
     if compacted:
         topic_config["cleanup.policy"] = "compact"
-    client = admin_client(bootstrap)
-    existing = set(cluster_metadata(bootstrap, timeout).topics)
+    client = admin_client(kafka)
+    existing = set(cluster_metadata(kafka, timeout).topics)
     missing = [name for name in wanted if name not in existing]
     created: list[str] = []
     if missing:
         requests = [NewTopic(name, partitions, 1, config=topic_config) for name in missing]
         futures = client.create_topics(requests, operation_timeout=timeout, request_timeout=timeout)
         for name, future in futures.items():
-            if _result(future, f"creating topic {name!r} at {bootstrap}", KafkaError.TOPIC_ALREADY_EXISTS):
+            if _result(
+                future, f"creating topic {name!r} at {bootstrap_of(kafka)}", KafkaError.TOPIC_ALREADY_EXISTS
+            ):
                 created.append(name)
     if compacted:
-        _check_compacted(client, [name for name in wanted if name not in created], bootstrap, timeout)
-    _wait_for_leaders(bootstrap, wanted, timeout)
+        _check_compacted(client, [name for name in wanted if name not in created], kafka, timeout)
+    _wait_for_leaders(kafka, wanted, timeout)
     return created
 
 
-def create_destination_topics(
-    bootstrap: str, names: Iterable[str], *, timeout: float = 30.0
-) -> dict[str, str]:
+def create_destination_topics(kafka: Kafka, names: Iterable[str], *, timeout: float = 30.0) -> dict[str, str]:
     """Create the topics that do not exist yet; return those the broker refused, with its error.
 
     Unlike `ensure_topics`, a refusal (an invalid name, no authorization, a policy) is not raised:
@@ -113,8 +124,8 @@ def create_destination_topics(
     wanted = list(dict.fromkeys(names))
     if not wanted:
         return {}
-    client = admin_client(bootstrap)  # kept referenced: its futures resolve only while it lives
-    existing = set(cluster_metadata(bootstrap, timeout).topics)
+    client = admin_client(kafka)  # kept referenced: its futures resolve only while it lives
+    existing = set(cluster_metadata(kafka, timeout).topics)
     missing = [name for name in wanted if name not in existing]
     refused: dict[str, str] = {}
     if missing:
@@ -130,13 +141,15 @@ def create_destination_topics(
                     continue
                 unreachable = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
                 if isinstance(error, KafkaError) and error.code() in unreachable:
-                    raise KafkaUnavailable(f"creating topic {name!r} at {bootstrap}: {error.str()}") from exc
+                    raise KafkaUnavailable(
+                        f"creating topic {name!r} at {bootstrap_of(kafka)}: {error.str()}"
+                    ) from exc
                 refused[name] = error.str() if isinstance(error, KafkaError) else str(exc)
-    _wait_for_leaders(bootstrap, [n for n in wanted if n not in refused], timeout)
+    _wait_for_leaders(kafka, [n for n in wanted if n not in refused], timeout)
     return refused
 
 
-def _check_compacted(client: AdminClient, names: list[str], bootstrap: str, timeout: float) -> None:
+def _check_compacted(client: AdminClient, names: list[str], kafka: Kafka, timeout: float) -> None:
     if not names:
         return
     resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
@@ -145,20 +158,20 @@ def _check_compacted(client: AdminClient, names: list[str], bootstrap: str, time
             entries = future.result()
         except KafkaException as exc:
             raise KafkaUnavailable(
-                f"reading the settings of topic {resource.name!r} at {bootstrap}: {exc}"
+                f"reading the settings of topic {resource.name!r} at {bootstrap_of(kafka)}: {exc}"
             ) from exc
         policy = entries["cleanup.policy"].value if "cleanup.policy" in entries else "delete"
         if "compact" not in (policy or "").split(","):
             raise RouterError(
-                f"expected topic {resource.name!r} at {bootstrap} to be compacted, "
+                f"expected topic {resource.name!r} at {bootstrap_of(kafka)} to be compacted, "
                 f"it exists with cleanup.policy={policy}: delete it or change its policy"
             )
 
 
-def _wait_for_leaders(bootstrap: str, names: list[str], timeout: float) -> None:
+def _wait_for_leaders(kafka: Kafka, names: list[str], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        topics = cluster_metadata(bootstrap, timeout).topics
+        topics = cluster_metadata(kafka, timeout).topics
         pending = [
             name
             for name in names
@@ -171,35 +184,37 @@ def _wait_for_leaders(bootstrap: str, names: list[str], timeout: float) -> None:
             return
         if time.monotonic() > deadline:
             raise KafkaUnavailable(
-                f"expected topics {pending} at {bootstrap} to have a leader within {timeout:g} s"
+                f"expected topics {pending} at {bootstrap_of(kafka)} to have a leader within {timeout:g} s"
             )
         time.sleep(0.05)
 
 
-def delete_topics(bootstrap: str, names: Iterable[str], timeout: float = 30.0) -> list[str]:
+def delete_topics(kafka: Kafka, names: Iterable[str], timeout: float = 30.0) -> list[str]:
     """Delete the topics that exist; return the names that were deleted (idempotent)."""
     wanted = list(dict.fromkeys(names))
-    existing = set(cluster_metadata(bootstrap, timeout).topics)
+    existing = set(cluster_metadata(kafka, timeout).topics)
     present = [name for name in wanted if name in existing]
     if not present:
         return []
-    client = admin_client(bootstrap)  # kept referenced: its futures resolve only while it lives
+    client = admin_client(kafka)  # kept referenced: its futures resolve only while it lives
     futures = client.delete_topics(present, operation_timeout=timeout, request_timeout=timeout)
     return [
         name
         for name, future in futures.items()
-        if _result(future, f"deleting topic {name!r} at {bootstrap}", KafkaError.UNKNOWN_TOPIC_OR_PART)
+        if _result(
+            future, f"deleting topic {name!r} at {bootstrap_of(kafka)}", KafkaError.UNKNOWN_TOPIC_OR_PART
+        )
     ]
 
 
-def end_offsets(bootstrap: str, topic: str, timeout: float = 10.0) -> dict[int, int]:
+def end_offsets(kafka: Kafka, topic: str, timeout: float = 10.0) -> dict[int, int]:
     """Return each partition's end offset (the offset the next record will get)."""
-    metadata = cluster_metadata(bootstrap, timeout).topics.get(topic)
+    metadata = cluster_metadata(kafka, timeout).topics.get(topic)
     if metadata is None or metadata.error is not None:
         reason = "it does not exist" if metadata is None else str(metadata.error)
-        raise RouterError(f"expected topic {topic!r} at {bootstrap}, {reason}")
+        raise RouterError(f"expected topic {topic!r} at {bootstrap_of(kafka)}, {reason}")
     request = {TopicPartition(topic, partition): OffsetSpec.latest() for partition in metadata.partitions}
-    client = admin_client(bootstrap)  # kept referenced: its futures resolve only while it lives
+    client = admin_client(kafka)  # kept referenced: its futures resolve only while it lives
     futures = client.list_offsets(request, request_timeout=timeout)
     offsets: dict[int, int] = {}
     for tp, future in futures.items():
@@ -207,6 +222,6 @@ def end_offsets(bootstrap: str, topic: str, timeout: float = 10.0) -> dict[int, 
             offsets[tp.partition] = future.result().offset
         except KafkaException as exc:
             raise KafkaUnavailable(
-                f"reading the end offset of {topic}[{tp.partition}] at {bootstrap}: {exc}"
+                f"reading the end offset of {topic}[{tp.partition}] at {bootstrap_of(kafka)}: {exc}"
             ) from exc
     return dict(sorted(offsets.items()))

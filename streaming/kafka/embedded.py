@@ -10,7 +10,13 @@ quorum). Everything lives in `state_dir`:
     kafka.pid            the java process id while it runs
     kafka.log            the broker's stdout and stderr, appended to at every start
 
-Both listeners bind 127.0.0.1 only. Settings chosen for one node and fast tests: replication factor 1
+Both listeners bind 127.0.0.1 only. A secured cluster can be stood in for: with `sasl_users`
+(user -> password) the client listener requires SASL/PLAIN, and with `tls=True` it speaks TLS with
+a certificate for 127.0.0.1 made at start by the JDK's keytool (`tls/broker.p12`; clients trust
+`tls/ca.pem`). `connection(user)` is how a client of that broker connects (the tests of the one
+connection setting use it).
+
+Settings chosen for one node and fast tests: replication factor 1
 for the internal topics, one partition for `__consumer_offsets`, no initial rebalance delay, new
 topics with 1 partition, the log cleaner checking every 0.5 s (so compaction shows quickly).
 
@@ -37,6 +43,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -44,6 +51,7 @@ from types import TracebackType
 from streaming.errors import KafkaUnavailable
 from streaming.jars import kafka_broker_classpath
 from streaming.kafka.admin import broker_count
+from streaming.kafka.connection import KafkaConnection
 
 HOST = "127.0.0.1"
 # `router kafka start` listens here unless told otherwise; docker-compose.yml publishes its broker on
@@ -55,6 +63,8 @@ JVM_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true
 # The storage formatter runs for a second or two: a quick JIT and a small heap start it faster.
 FORMATTER_JVM_OPTIONS = ("-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 NODE_ID = 1
+_BROKER_USER = "broker"
+_KEYSTORE_PASSWORD = "router-test-only"
 
 _LOG4J2 = """\
 status = warn
@@ -176,12 +186,52 @@ class EmbeddedKafka:
     """
 
     def __init__(
-        self, state_dir: Path | str, port: int | None = None, *, start_timeout: float = 60.0
+        self,
+        state_dir: Path | str,
+        port: int | None = None,
+        *,
+        start_timeout: float = 60.0,
+        sasl_users: Mapping[str, str] | None = None,
+        tls: bool = False,
     ) -> None:
         self.state_dir = Path(state_dir).expanduser().resolve()
         self.port = port
         self.start_timeout = start_timeout
         self._process: subprocess.Popen[bytes] | None = None
+        self._users = dict(sasl_users or {})
+        if self._users:
+            # The broker's own user, for the traffic between its listeners and its readiness check.
+            self._users.setdefault(_BROKER_USER, uuid.uuid4().hex)
+        self.tls = tls
+        self.listener = ("SASL_" if self._users else "") + ("SSL" if tls else "PLAINTEXT")
+        """The client listener's security protocol."""
+
+    @property
+    def ca_file(self) -> Path:
+        """The PEM certificate a client trusts to talk TLS to this broker (`tls=True`)."""
+        return self.state_dir / "tls" / "ca.pem"
+
+    def connection(self, user: str | None = None) -> KafkaConnection:
+        """How a client connects to the running broker: as `user` when it requires SASL."""
+        return self._connection(self.bootstrap, user)
+
+    def _connection(self, bootstrap: str, user: str | None) -> KafkaConnection:
+        ca = str(self.ca_file) if self.tls else None
+        if not self._users:
+            return KafkaConnection(bootstrap, security_protocol=self.listener, ssl_ca_location=ca)
+        name = user or _BROKER_USER
+        if name not in self._users:
+            raise KafkaUnavailable(
+                f"expected a SASL user of the broker, one of {sorted(self._users)}; got {name!r}"
+            )
+        return KafkaConnection(
+            bootstrap,
+            security_protocol=self.listener,
+            sasl_mechanism="PLAIN",
+            sasl_username=name,
+            sasl_password=self._users[name],
+            ssl_ca_location=ca,
+        )
 
     # -- files -----------------------------------------------------------------------------------
 
@@ -214,15 +264,16 @@ class EmbeddedKafka:
         return status.bootstrap
 
     def _write_config(self, port: int, controller_port: int) -> None:
+        listener = self.listener
         settings = {
             "process.roles": "broker,controller",
             "node.id": str(NODE_ID),
             "controller.quorum.voters": f"{NODE_ID}@{HOST}:{controller_port}",
-            "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
+            "listeners": f"{listener}://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
+            "advertised.listeners": f"{listener}://{HOST}:{port}",
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": listener,
+            "listener.security.protocol.map": f"{listener}:{listener},CONTROLLER:PLAINTEXT",
             "log.dirs": str(self.data_dir),
             "num.partitions": "1",
             "auto.create.topics.enable": "true",
@@ -238,9 +289,69 @@ class EmbeddedKafka:
             "num.network.threads": "2",
             "num.io.threads": "4",
         }
+        if self.tls:
+            keystore = self._make_certificate()
+            settings.update(
+                {
+                    "ssl.keystore.type": "PKCS12",
+                    "ssl.keystore.location": str(keystore),
+                    "ssl.keystore.password": _KEYSTORE_PASSWORD,
+                    "ssl.key.password": _KEYSTORE_PASSWORD,
+                    "ssl.truststore.type": "PEM",
+                    "ssl.truststore.location": str(self.ca_file),
+                }
+            )
+        if self._users:
+            users = " ".join(f'user_{name}="{password}"' for name, password in self._users.items())
+            settings.update(
+                {
+                    "sasl.enabled.mechanisms": "PLAIN",
+                    "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                    f"listener.name.{listener.lower()}.plain.sasl.jaas.config": (
+                        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                        f'username="{_BROKER_USER}" password="{self._users[_BROKER_USER]}" {users};'
+                    ),
+                }
+            )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.server_properties.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
         (self.state_dir / "log4j2.properties").write_text(_LOG4J2)
+
+    def _make_certificate(self) -> Path:
+        """A self-signed certificate for 127.0.0.1 (a keystore), and its PEM for clients to trust."""
+        folder = self.state_dir / "tls"
+        keystore = folder / "broker.p12"
+        if keystore.is_file() and self.ca_file.is_file():
+            return keystore
+        folder.mkdir(parents=True, exist_ok=True)
+        keytool = str(Path(java_executable()).with_name("keytool"))
+        common = ["-alias", "broker", "-keystore", str(keystore), "-storepass", _KEYSTORE_PASSWORD]
+        for args in (
+            [
+                "-genkeypair",
+                "-keyalg",
+                "RSA",
+                "-keysize",
+                "2048",
+                "-validity",
+                "30",
+                "-dname",
+                f"CN={HOST}",
+                "-ext",
+                f"SAN=ip:{HOST}",
+                "-storetype",
+                "PKCS12",
+                "-keypass",
+                _KEYSTORE_PASSWORD,
+            ],
+            ["-exportcert", "-rfc", "-file", str(self.ca_file)],
+        ):
+            done = subprocess.run([keytool, *args, *common], capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise KafkaUnavailable(
+                    f"keytool could not make the broker's certificate: {done.stderr.strip()}"
+                )
+        return keystore
 
     def _read_port(self) -> int | None:
         """The PLAINTEXT port of the last written server.properties."""
@@ -406,7 +517,7 @@ class EmbeddedKafka:
                 )
             if _accepts_connections(port):
                 try:
-                    if broker_count(bootstrap, timeout=2.0) > 0:
+                    if broker_count(self._connection(bootstrap, None), timeout=2.0) > 0:
                         return
                 except KafkaUnavailable:
                     pass

@@ -85,7 +85,7 @@ def _short_error(error: BaseException) -> str:
 
 def load_topology(settings: Settings) -> Topology:
     """Read the catalogs topic and find this instance; every other instance is an inbound address."""
-    table = read_catalog_table(settings.bootstrap, topics.catalogs_topic(settings.topic_prefix))
+    table = read_catalog_table(settings.kafka, topics.catalogs_topic(settings.topic_prefix))
     by_name = {i.name: i for i in table.values()}
     if settings.instance not in by_name:
         raise ConfigError(
@@ -114,17 +114,17 @@ class RouterJob:
         self.spark = spark
         self.settings = settings
         self.topology = t = load_topology(settings)
-        bootstrap = settings.bootstrap
-        ensure_topics(bootstrap, [t.outbound, t.inbound, t.dropped, t.deadletter])
-        ensure_topics(bootstrap, [t.delayed], config={"message.timestamp.type": "LogAppendTime"})
+        kafka = settings.kafka
+        ensure_topics(kafka, [t.outbound, t.inbound, t.dropped, t.deadletter])
+        ensure_topics(kafka, [t.delayed], config={"message.timestamp.type": "LogAppendTime"})
         ensure_topics(
-            bootstrap,
+            kafka,
             [topics.routes_topic(t.prefix), topics.mirrors_topic(t.prefix), t.choices, t.requests],
             compacted=True,
         )
         # Route nothing before the whole routes topic has been read once.
         self.snapshots = RouteSnapshots(
-            spark, settings, t, lambda names: create_destination_topics(bootstrap, names)
+            spark, settings, t, lambda names: create_destination_topics(kafka, names)
         )
         self.requests = OutstandingRequests(settings, t)
         self.totals = RunTotals()
@@ -223,7 +223,7 @@ class RouterJob:
         targets = {
             (topic, partition): offset
             for topic in (t.outbound, t.inbound)
-            for partition, offset in end_offsets(self.settings.bootstrap, topic).items()
+            for partition, offset in end_offsets(self.settings.kafka, topic).items()
         }
         query = self.start(bounded=True)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -260,7 +260,7 @@ class RouterJob:
         t = self.topology
         written_back = [t.delayed, *([t.choices] if self.settings.keep_choice_s > 0 else [])]
         for topic in written_back:
-            for partition, offset in end_offsets(self.settings.bootstrap, topic).items():
+            for partition, offset in end_offsets(self.settings.kafka, topic).items():
                 targets.setdefault((topic, partition), offset)
         return all(read.get(tp, 0) >= offset for tp, offset in targets.items())
 

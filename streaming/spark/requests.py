@@ -73,7 +73,7 @@ class OutstandingRequests:
         self.settings = settings
         self.topology = topology
         self.memory = Requests()
-        with TableReader(settings.bootstrap, topology.requests, _RequestRecords()) as reader:
+        with TableReader(settings.kafka, topology.requests, _RequestRecords()) as reader:
             reader.read_to_end()
             for row in reader.values():
                 if row.instance == topology.instance.name:
@@ -102,7 +102,7 @@ class OutstandingRequests:
         name = self.topology.instance.name
         records = [RequestRecord(name, scope, service, False) for scope, service in answered]
         produce_records(
-            self.settings.bootstrap, self.topology.requests, [(r.key(), r.value(), None) for r in records]
+            self.settings.kafka, self.topology.requests, [(r.key(), r.value(), None) for r in records]
         )
         for request in answered:
             self.memory = self.memory.record(request, False, at_ms)

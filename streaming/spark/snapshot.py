@@ -73,9 +73,9 @@ class RouteSnapshots:
         self.create_topics = create_topics
         databases = [d.name for d in topology.instance.databases]
         self.routes = RouteTableReader(
-            settings.bootstrap, topics.routes_topic(settings.topic_prefix), databases=databases
+            settings.kafka, topics.routes_topic(settings.topic_prefix), databases=databases
         )
-        self.mirrors = MirrorTableReader(settings.bootstrap, topics.mirrors_topic(settings.topic_prefix))
+        self.mirrors = MirrorTableReader(settings.kafka, topics.mirrors_topic(settings.topic_prefix))
         self.current: Snapshot | None = None
         self.unavailable: dict[str, str] = {}
         """Destination topics the broker refused, with its error."""

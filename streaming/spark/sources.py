@@ -104,8 +104,13 @@ consumer had left at the broker. With 10 ms the batch took 0.6 s instead of 1.15
 
 
 def kafka_options(settings: Settings) -> dict[str, str]:
-    """Options for the Spark Kafka source and sink."""
-    return {"kafka.bootstrap.servers": settings.bootstrap, **settings.kafka_options}
+    """Options for the Spark Kafka source and sink: the connection every client uses, then the tuning.
+
+    `Settings.kafka` gives the bootstrap servers and the security settings (the same ones the
+    confluent-kafka clients get); `kafka_options` holds no connection setting (`load_settings`
+    refuses them there).
+    """
+    return {**settings.kafka.spark_options(), **settings.kafka_options}
 
 
 def read_options(settings: Settings) -> dict[str, str]:

@@ -47,6 +47,7 @@ from typing import Generic, TypeVar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streaming.errors import ConfigError, KafkaUnavailable, MalformedRecord
+from streaming.kafka.connection import ClientValue, Kafka, bootstrap_of, client_config
 from streaming.rules.model import Instance, MirrorRole, Route
 from streaming.tables.records import CatalogRecords, MirrorRecords, RouteRecords, TableRecords
 from streaming.tables.validate import RECORD, check_known_scope, route_subject
@@ -65,17 +66,16 @@ V = TypeVar("V")
 _ABSENT = object()
 
 
-def consumer(bootstrap: str, **settings: object) -> Consumer:
+def consumer(kafka: Kafka, **settings: ClientValue) -> Consumer:
     """Return a consumer with its own throw-away group that never commits offsets."""
-    config: dict[str, object] = {
-        "bootstrap.servers": bootstrap,
+    own: dict[str, ClientValue] = {
         "group.id": f"router-reader-{uuid.uuid4()}",
         "enable.auto.commit": False,
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
     }
-    config.update(settings)
-    return Consumer(config, logger=_LIBRDKAFKA_LOG)
+    own.update(settings)
+    return Consumer(client_config(kafka, **own), logger=_LIBRDKAFKA_LOG)
 
 
 def version_of(offsets: Mapping[int, int]) -> str:
@@ -138,13 +138,13 @@ class TableReader(Generic[V]):
     """
 
     def __init__(
-        self, bootstrap: str, topic: str, records: TableRecords[V], *, timeout: float = DEFAULT_TIMEOUT_S
+        self, kafka: Kafka, topic: str, records: TableRecords[V], *, timeout: float = DEFAULT_TIMEOUT_S
     ) -> None:
-        self.bootstrap = bootstrap
+        self.bootstrap = bootstrap_of(kafka)
         self.topic = topic
         self.timeout = timeout
         self._records = records
-        self._consumer = consumer(bootstrap)
+        self._consumer = consumer(kafka)
         self._positions: dict[int, int] | None = None  # None until the topic is found and assigned
         self._next_topic_check = 0.0
         # The last good value of every key, with its partition and offset (a tuple: one per record).
@@ -417,13 +417,13 @@ class RouteTableReader(TableReader[Route]):
 
     def __init__(
         self,
-        bootstrap: str,
+        kafka: Kafka,
         topic: str,
         *,
         databases: Collection[str] | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
-        super().__init__(bootstrap, topic, RouteRecords(), timeout=timeout)
+        super().__init__(kafka, topic, RouteRecords(), timeout=timeout)
         self._databases = None if databases is None else frozenset(databases)
 
     @property
@@ -452,8 +452,8 @@ class RouteTableReader(TableReader[Route]):
 class CatalogTableReader(TableReader[Instance]):
     """The catalogs topic's reader: one instance catalog per key (the instance name)."""
 
-    def __init__(self, bootstrap: str, topic: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        super().__init__(bootstrap, topic, CatalogRecords(), timeout=timeout)
+    def __init__(self, kafka: Kafka, topic: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        super().__init__(kafka, topic, CatalogRecords(), timeout=timeout)
 
     @property
     def instances(self) -> tuple[Instance, ...]:
@@ -464,8 +464,8 @@ class CatalogTableReader(TableReader[Instance]):
 class MirrorTableReader(TableReader[MirrorRole]):
     """The mirrors topic's reader: each mirror partner's role by its normalized address (MI2, MI3)."""
 
-    def __init__(self, bootstrap: str, topic: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        super().__init__(bootstrap, topic, MirrorRecords(), timeout=timeout)
+    def __init__(self, kafka: Kafka, topic: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        super().__init__(kafka, topic, MirrorRecords(), timeout=timeout)
 
     @property
     def roles(self) -> dict[str, MirrorRole]:
@@ -486,25 +486,25 @@ def read_once(reader: TableReader[V]) -> TableRead[V]:
 
 
 def read_routes(
-    bootstrap: str,
+    kafka: Kafka,
     topic: str,
     *,
     databases: Collection[str] | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
 ) -> TableRead[Route]:
     """Read the routes topic once, up to its end now (see `RouteTableReader`)."""
-    return read_once(RouteTableReader(bootstrap, topic, databases=databases, timeout=timeout))
+    return read_once(RouteTableReader(kafka, topic, databases=databases, timeout=timeout))
 
 
 def read_catalog_table(
-    bootstrap: str, topic: str, *, timeout: float = DEFAULT_TIMEOUT_S
+    kafka: Kafka, topic: str, *, timeout: float = DEFAULT_TIMEOUT_S
 ) -> TableRead[Instance]:
     """Read the catalogs topic once, up to its end now."""
-    return read_once(CatalogTableReader(bootstrap, topic, timeout=timeout))
+    return read_once(CatalogTableReader(kafka, topic, timeout=timeout))
 
 
 def read_mirror_roles(
-    bootstrap: str, topic: str, *, timeout: float = DEFAULT_TIMEOUT_S
+    kafka: Kafka, topic: str, *, timeout: float = DEFAULT_TIMEOUT_S
 ) -> TableRead[MirrorRole]:
     """Read the mirrors topic once, up to its end now."""
-    return read_once(MirrorTableReader(bootstrap, topic, timeout=timeout))
+    return read_once(MirrorTableReader(kafka, topic, timeout=timeout))

@@ -25,6 +25,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from streaming.errors import KafkaUnavailable, RouterError
 from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import catalog_to_record, encode_catalog, encode_route, route_to_record
+from streaming.kafka.connection import Kafka, bootstrap_of, client_config
 from streaming.rules.model import Instance, Route
 from streaming.tables.operations import RouteChange, RouteOperation, plan_route_changes, route_key
 from streaming.tables.reader import DEFAULT_TIMEOUT_S, TableReader, read_catalog_table, read_routes
@@ -47,14 +48,14 @@ class StoredValue:
 
 
 def read_latest(
-    bootstrap: str, topic: str, *, timeout: float = DEFAULT_TIMEOUT_S
+    kafka: Kafka, topic: str, *, timeout: float = DEFAULT_TIMEOUT_S
 ) -> tuple[dict[str, StoredValue], str]:
     """Return the last value of every key of any compacted `topic` up to its end offsets now, and the version.
 
     Values are not interpreted; tombstones remove their key, and a record without a UTF-8 key is
     skipped with a warning. The table topics have readers of their own (`streaming.tables.reader`).
     """
-    with TableReader(bootstrap, topic, RawRecords(), timeout=timeout) as reader:
+    with TableReader(kafka, topic, RawRecords(), timeout=timeout) as reader:
         reader.read_to_end()
         latest = {
             key: StoredValue(key, row.value, row.partition, row.offset) for key, row in reader.rows.items()
@@ -63,7 +64,7 @@ def read_latest(
 
 
 def produce_records(
-    bootstrap: str,
+    kafka: Kafka,
     topic: str,
     records: Iterable[tuple[bytes | None, bytes | None, Headers | None]],
     *,
@@ -75,7 +76,7 @@ def produce_records(
     broker does not acknowledge them all within `timeout`, RouterError when it refuses one.
     """
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5},
+        client_config(kafka, **{"enable.idempotence": True, "linger.ms": 5}),
         logger=_LIBRDKAFKA_LOG,
     )
     failures: list[str] = []
@@ -98,14 +99,16 @@ def produce_records(
             count += 1
         remaining = producer.flush(timeout)
     except KafkaException as exc:
-        raise KafkaUnavailable(f"producing to {topic} at {bootstrap}: {exc}") from exc
+        raise KafkaUnavailable(f"producing to {topic} at {bootstrap_of(kafka)}: {exc}") from exc
     if remaining:
         raise KafkaUnavailable(
-            f"producing to {topic} at {bootstrap}: expected {count} records acknowledged "
+            f"producing to {topic} at {bootstrap_of(kafka)}: expected {count} records acknowledged "
             f"within {timeout:g} s, {remaining} were not"
         )
     if failures:
-        raise RouterError(f"producing to {topic} at {bootstrap}: the broker refused {'; '.join(failures)}")
+        raise RouterError(
+            f"producing to {topic} at {bootstrap_of(kafka)}: the broker refused {'; '.join(failures)}"
+        )
     return count
 
 
@@ -113,12 +116,12 @@ def produce_records(
 
 
 def publish_route_changes(
-    bootstrap: str, changes: Sequence[RouteChange], topic: str, *, timeout: float = DEFAULT_TIMEOUT_S
+    kafka: Kafka, changes: Sequence[RouteChange], topic: str, *, timeout: float = DEFAULT_TIMEOUT_S
 ) -> int:
     """Produce planned changes to the routes topic (created compacted if missing); a drop is a tombstone."""
-    ensure_topics(bootstrap, [topic], compacted=True)
+    ensure_topics(kafka, [topic], compacted=True)
     return produce_records(
-        bootstrap,
+        kafka,
         topic,
         (
             (
@@ -133,7 +136,7 @@ def publish_route_changes(
 
 
 def publish_routes(
-    bootstrap: str,
+    kafka: Kafka,
     operations: Sequence[RouteOperation],
     topic: str,
     *,
@@ -148,7 +151,7 @@ def publish_routes(
     names, `reader.catalog_databases`) a created or altered route must also have one of them as its
     scope; a drop needs none, so that the routes of a database that left the catalogs can go.
     """
-    current = read_routes(bootstrap, topic, timeout=timeout)
+    current = read_routes(kafka, topic, timeout=timeout)
     changes = plan_route_changes(current.table, operations)
     if databases is not None:
         for change in changes:
@@ -156,15 +159,15 @@ def publish_routes(
                 check_known_scope(
                     change.route.scope, databases, change.source, route_subject(change.scope, change.name)
                 )
-    publish_route_changes(bootstrap, changes, topic, timeout=timeout)
+    publish_route_changes(kafka, changes, topic, timeout=timeout)
     return changes
 
 
-def put_route(bootstrap: str, route: Route, topic: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+def put_route(kafka: Kafka, route: Route, topic: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
     """Publish one route as it is (create or replace), e.g. a route a BCN service creates (B6)."""
-    ensure_topics(bootstrap, [topic], compacted=True)
+    ensure_topics(kafka, [topic], compacted=True)
     produce_records(
-        bootstrap,
+        kafka,
         topic,
         [(route_key(route.scope, route.name).encode(), encode_route(route_to_record(route)), None)],
         timeout=timeout,
@@ -175,12 +178,12 @@ def put_route(bootstrap: str, route: Route, topic: str, *, timeout: float = DEFA
 
 
 def publish_catalogs(
-    bootstrap: str, instances: Sequence[Instance], topic: str, *, timeout: float = DEFAULT_TIMEOUT_S
+    kafka: Kafka, instances: Sequence[Instance], topic: str, *, timeout: float = DEFAULT_TIMEOUT_S
 ) -> int:
     """Publish each instance's catalog (key: the instance name), replacing what the topic held."""
-    ensure_topics(bootstrap, [topic], compacted=True)
+    ensure_topics(kafka, [topic], compacted=True)
     return produce_records(
-        bootstrap,
+        kafka,
         topic,
         ((i.name.encode("utf-8"), encode_catalog(catalog_to_record(i)), None) for i in instances),
         timeout=timeout,
@@ -188,11 +191,11 @@ def publish_catalogs(
 
 
 def read_catalogs(
-    bootstrap: str, topic: str, *, timeout: float = DEFAULT_TIMEOUT_S
+    kafka: Kafka, topic: str, *, timeout: float = DEFAULT_TIMEOUT_S
 ) -> tuple[tuple[Instance, ...], str]:
     """Return every instance catalog on the catalogs topic, sorted by name, and the version.
 
     A record the reader skips is left out with a warning (`reader.read_catalog_table` lists them).
     """
-    read = read_catalog_table(bootstrap, topic, timeout=timeout)
+    read = read_catalog_table(kafka, topic, timeout=timeout)
     return read.values(), read.version

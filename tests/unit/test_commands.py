@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka import Message
 
 from streaming.commands import catalogs, common, routes, send, tail
+from streaming.config import load_settings
 from streaming.errors import ConfigError
 from streaming.kafka import avro
 from streaming.rules.model import Route
@@ -31,12 +32,50 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def test_bootstrap_flag_then_environment_then_default(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bootstrap_flag_then_environment_then_settings_file_then_default(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv(common.BOOTSTRAP_ENV, raising=False)
-    assert common.bootstrap_from(parse(["routes", "list"])) == common.DEFAULT_BOOTSTRAP == "127.0.0.1:19092"
+    monkeypatch.delenv(common.CONFIG_ENV, raising=False)
+    assert (
+        common.kafka_from(parse(["routes", "list"])).bootstrap
+        == common.DEFAULT_BOOTSTRAP
+        == "127.0.0.1:19092"
+    )
+    settings = tmp_path / "router.yaml"
+    settings.write_text("bootstrap: file:3\n")
+    assert common.kafka_from(parse(["routes", "list", "--config", str(settings)])).bootstrap == "file:3"
+    monkeypatch.setenv(common.CONFIG_ENV, str(settings))
+    assert common.kafka_from(parse(["routes", "list"])).bootstrap == "file:3"
     monkeypatch.setenv(common.BOOTSTRAP_ENV, "env:1")
-    assert common.bootstrap_from(parse(["routes", "list"])) == "env:1"
-    assert common.bootstrap_from(parse(["routes", "list", "--bootstrap", "flag:2"])) == "flag:2"
+    assert common.kafka_from(parse(["routes", "list"])).bootstrap == "env:1"
+    assert common.kafka_from(parse(["routes", "list", "--bootstrap", "flag:2"])).bootstrap == "flag:2"
+
+
+def test_every_kafka_command_reads_the_security_settings_of_the_settings_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Section 2 of the connection: one setting for every client, read from the one file."""
+    monkeypatch.delenv(common.BOOTSTRAP_ENV, raising=False)
+    monkeypatch.setenv("T_KAFKA_PASSWORD", "s3cret")
+    settings = tmp_path / "router.yaml"
+    settings.write_text(
+        "instance: i1\nbootstrap: b:9093\nkafka:\n  security_protocol: sasl_plaintext\n"
+        "  sasl_username: router\n  sasl_password_env: T_KAFKA_PASSWORD\n"
+    )
+    commands = (
+        ["routes", "list"],
+        ["catalogs", "list"],
+        ["send", "--instance", "i1", "--to-service", "S"],
+        ["tail", "router.i1.outbound"],
+    )
+    for argv in commands:
+        connection = common.kafka_from(parse([*argv, "--config", str(settings)]))
+        assert connection.client_config()["sasl.password"] == "s3cret", argv
+        assert connection.client_config()["security.protocol"] == "SASL_PLAINTEXT", argv
+    assert load_settings(settings).kafka == common.kafka_from(
+        parse(["routes", "list", "--config", str(settings)])
+    )
 
 
 def test_routes_load_dry_run_validates_without_a_broker(capsys: pytest.CaptureFixture[str]) -> None:
