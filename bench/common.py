@@ -32,6 +32,7 @@ from streaming.kafka.admin import cluster_metadata, end_offsets, ensure_topics
 from streaming.kafka.avro import encode_route, new_message_record, parsed_schema, route_to_record
 from streaming.kafka.embedded import EmbeddedKafka
 from streaming.rules.model import Database, Instance, Route, normalize_address
+from streaming.tables.operations import route_key
 from streaming.tables.reader import consumer
 from streaming.tables.topic_io import publish_catalogs
 
@@ -92,13 +93,14 @@ def routes_for(count: int) -> list[Route]:
     return table
 
 
-def produce_routes(bootstrap: str, prefix: str, routes: list[Route]) -> None:
-    """Publish `routes` on the namespace's compacted routes topic."""
+def produce_routes(bootstrap: str, prefix: str, instance: str, routes: list[Route]) -> None:
+    """Publish `routes`, in `instance`'s tables, on the namespace's compacted routes topic."""
     topic = topics.routes_topic(prefix)
     ensure_topics(bootstrap, [topic], compacted=True)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "compression.type": "lz4"})
     for r in routes:
-        producer.produce(topic, key=f"{r.scope}/{r.name}".encode(), value=encode_route(route_to_record(r)))
+        key = route_key(instance, r.scope, r.name).encode()
+        producer.produce(topic, key=key, value=encode_route(route_to_record(r)))
         producer.poll(0)
     producer.flush(120)
 
@@ -210,7 +212,7 @@ def prepare(
 ) -> str:
     """A fresh topic namespace with the catalog, routes and messages; return its outbound topic."""
     publish_catalogs(bootstrap, [instance], topics.catalogs_topic(prefix))
-    produce_routes(bootstrap, prefix, routes_for(routes))
+    produce_routes(bootstrap, prefix, instance.name, routes_for(routes))
     outbound = topics.outbound_topic(instance.name, prefix)
     produce_messages(bootstrap, outbound, messages, services=max(1, routes - 2), late=late)
     return outbound

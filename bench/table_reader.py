@@ -33,6 +33,7 @@ def routes(count: int) -> list[RouteChange]:
     return [
         RouteChange(
             "create",
+            "i1",
             "AW",
             f"Route{i}",
             Route("AW", f"Route{i}", f"TCP://host{i % 64}:4022", service=f"Service{i}"),

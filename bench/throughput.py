@@ -181,7 +181,7 @@ def run_delayed(
     )
     routes_topic = topics.routes_topic(prefix)
     for route in late_routes():
-        put_route(bootstrap, route, routes_topic)
+        put_route(bootstrap, instance.name, route, routes_topic)
     time.sleep(retry_s)
     release = run_router(spark, settings)
     progress(f"bench: released {release.released:,} delayed messages")

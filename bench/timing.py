@@ -144,9 +144,9 @@ def routed_by(bootstrap: str, topic: str, route: str) -> list[Message]:
     return [r for r in read_topics(bootstrap, existing(bootstrap, [topic])) if header(r, "route") == route]
 
 
-def route_written_at(bootstrap: str, prefix: str, route: Route) -> int:
+def route_written_at(bootstrap: str, prefix: str, instance: str, route: Route) -> int:
     """The Kafka timestamp (ms) of the route's latest record on the routes topic."""
-    key = route_key(route.scope, route.name).encode()
+    key = route_key(instance, route.scope, route.name).encode()
     stamps = [
         r.timestamp()[1] for r in read_topics(bootstrap, [topics.routes_topic(prefix)]) if r.key() == key
     ]
@@ -182,8 +182,8 @@ def route_propagation(
     with steady_messages(bootstrap, outbound, service, interval_s) as sent:
         time.sleep(lead_s)
         progress(f"timing: {sent[0]} messages to {service} so far; writing route {route.name}")
-        put_route(bootstrap, route, topics.routes_topic(prefix))
-        written = route_written_at(bootstrap, prefix, route)
+        put_route(bootstrap, router.instance.name, route, topics.routes_topic(prefix))
+        written = route_written_at(bootstrap, prefix, router.instance.name, route)
         wait_until(
             lambda: routed_by(bootstrap, destination, route.name), router, "record routed by it", timeout
         )
@@ -254,7 +254,7 @@ def retry_precision(
     wait_until(retried_enough, router, f"{retries} retries of every message", timeout)
     retry_late = retry_lateness(delayed_records(bootstrap, prefix, instance, ids))
     progress(f"timing: all retried; writing route {route.name}")
-    put_route(bootstrap, route, topics.routes_topic(prefix))
+    put_route(bootstrap, instance, route, topics.routes_topic(prefix))
 
     def released() -> dict[str, int]:
         first: dict[str, int] = {}

@@ -143,7 +143,7 @@ class MirrorEvent:
 
 Event = MessageEvent | AdvanceEvent | RouteEvent | AckEvent | MirrorEvent
 RouteTable = dict[str, Route]
-"""Every routing table of the instance keyed by `route_key` (scope/name), in creation order."""
+"""Every routing table of the instance keyed by `route_key` (instance/scope/name), in creation order."""
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,7 @@ def parse_scenario(text: str, *, source: str, default_name: str = "scenario") ->
     (instance,) = validate_instances([loaded])
     databases = frozenset(db.name for db in instance.databases)
     initial = [
-        _initial_route(entry, item_source, index, clock, databases)
+        _initial_route(entry, item_source, index, clock, instance.name, databases)
         for index, (entry, item_source) in enumerate(_items(top, "routes", here), start=1)
     ]
     table = apply_changes({}, plan_route_changes({}, initial))
@@ -225,7 +225,7 @@ def parse_scenario(text: str, *, source: str, default_name: str = "scenario") ->
 
 
 def _initial_route(
-    entry: object, source: Source, index: int, clock: datetime, databases: frozenset[str]
+    entry: object, source: Source, index: int, clock: datetime, instance: str, databases: frozenset[str]
 ) -> RouteOperation:
     """One row of the initial tables: a route entry without `op`; lifetime_s counts from `clock`."""
     if isinstance(entry, dict) and "op" in entry:
@@ -235,13 +235,22 @@ def _initial_route(
             "the initial tables list routes; use a route event to alter or drop",
             "op",
         )
-    operation = route_entry_operation(entry, source, index, now=clock, default_scope=None)
-    _check_scope(operation, databases)
+    operation = route_entry_operation(
+        entry, source, index, now=clock, default_scope=None, default_instance=instance
+    )
+    _check_scope(operation, instance, databases)
     return operation
 
 
-def _check_scope(operation: RouteOperation, databases: frozenset[str]) -> None:
-    """A route's scope is the database that owns the row: it must be a database of the instance."""
+def _check_scope(operation: RouteOperation, instance: str, databases: frozenset[str]) -> None:
+    """A route is in the scenario's instance; its scope is the database that owns the row, one of its own."""
+    if operation.instance != instance:
+        fail(
+            operation.source,
+            f"route {operation.scope}/{operation.name}",
+            f"expected the scenario's instance {instance!r}, got {operation.instance!r}",
+            "instance",
+        )
     if operation.scope not in databases:
         fail(
             operation.source,
@@ -297,8 +306,10 @@ class _Events:
         """A create/alter/drop, checked against the tables as they are at this point of the timeline."""
         if isinstance(body, dict) and "op" not in body:
             fail(source, f"event #{index} (route)", "required: create, alter or drop", "op")
-        operation = route_entry_operation(body, source, index, now=self.clock, default_scope=None)
-        _check_scope(operation, self.databases)
+        operation = route_entry_operation(
+            body, source, index, now=self.clock, default_scope=None, default_instance=self.instance.name
+        )
+        _check_scope(operation, self.instance.name, self.databases)
         if operation.op == "create" and operation.key in self.table:
             subject = f"route {operation.scope}/{operation.name}"
             fail(operation.source, subject, "exists already: names are unique per database (R1)", "name")
@@ -452,7 +463,9 @@ class _Timeline:
         self.scenario = scenario
         self.decider = decider
         self.clock = scenario.clock
-        self.table: RouteTable = {route_key(r.scope, r.name): r for r in scenario.routes}
+        self.table: RouteTable = {
+            route_key(scenario.instance.name, r.scope, r.name): r for r in scenario.routes
+        }
         self.mirrors: dict[str, MirrorRole] = dict(scenario.mirrors)
         self.pins: dict[str, str] = {}
         self.memory: dict[str, Conversation[Message]] = {}

@@ -1,3 +1,4 @@
+-- instance: i1
 -- i1's routing tables, as SQL Server would state them (router routes load routes/demo/routes.sql).
 -- The same rows as i1's part of routes.yaml: load one or the other, not both.
 --

@@ -71,9 +71,13 @@ class RouteSnapshots:
         self.spark = spark
         self.topology = topology
         self.create_topics = create_topics
-        databases = [d.name for d in topology.instance.databases]
+        name = topology.instance.name
+        databases = {name: [d.name for d in topology.instance.databases]}
         self.routes = RouteTableReader(
-            settings.kafka, topics.routes_topic(settings.topic_prefix), databases=databases
+            settings.kafka,
+            topics.routes_topic(settings.topic_prefix),
+            instance=name,
+            databases=databases,
         )
         self.mirrors = MirrorTableReader(settings.kafka, topics.mirrors_topic(settings.topic_prefix))
         self.current: Snapshot | None = None

@@ -4,14 +4,18 @@ A route file (YAML or a CREATE ROUTE script) loads into an ordered list of `Rout
 `plan_route_changes` applies them, in order, to the table currently on the routes topic and returns
 the records to publish, so that everything is checked before anything is written:
 
-* create: the route as given; an existing route of the same scope/name is replaced, so loading
+* create: the route as given; an existing route of the same instance/scope/name is replaced, so loading
   the same file twice is harmless. Two creates of one route in one load, with no drop between,
   are a duplicate (R1: a name is unique per database).
 * alter: only the fields the operation names change (R7); the route must exist.
 * drop: a tombstone; the route must exist.
 
-Routes-topic key: `scope/name` in UTF-8. A scope (a database name) may not contain `/`, so the
-first `/` of a key always separates scope from name, and a route name may contain `/`.
+Every instance has its own routing tables (`sys.routes` of each database, `msdb.sys.routes` for what
+arrives from outside): an operation names its instance, and the routes-topic key is
+`instance/scope/name` in UTF-8. Neither an instance name nor a scope (a database name) may contain
+`/`, so the first two `/` of a key always separate instance, scope and name, and a route name may
+contain `/`. Topics written before routes were keyed by instance hold `scope/name` keys; the table
+reader refuses those records with the command that rewrites them (`router routes migrate`).
 """
 
 from __future__ import annotations
@@ -29,17 +33,18 @@ ALTERABLE = ("service", "broker_instance", "address", "mirror_address", "expires
 """The Route fields an alter may name (R7)."""
 
 
-def route_key(scope: str, name: str) -> str:
-    """Return the routes-topic key of a route: `scope/name`."""
-    return f"{scope}/{name}"
+def route_key(instance: str, scope: str, name: str) -> str:
+    """Return the routes-topic key of an instance's route: `instance/scope/name`."""
+    return f"{instance}/{scope}/{name}"
 
 
-def split_route_key(key: str) -> tuple[str, str]:
-    """Return (scope, name) of a routes-topic key; the scope is what precedes the first `/`."""
-    scope, sep, name = key.partition("/")
-    if not sep:
-        raise ValueError(f"routes-topic key: expected 'scope/name', got {key!r}")
-    return scope, name
+def split_route_key(key: str) -> tuple[str, str, str]:
+    """Return (instance, scope, name) of a routes-topic key: the first two `/` separate them."""
+    instance, sep, rest = key.partition("/")
+    scope, sep2, name = rest.partition("/")
+    if not (sep and sep2 and instance and scope and name):
+        raise ValueError(f"routes-topic key: expected 'instance/scope/name', got {key!r}")
+    return instance, scope, name
 
 
 @dataclass(frozen=True)
@@ -56,11 +61,24 @@ class RouteOperation:
     """alter: (field, new value) for each field the operation names, fields from `ALTERABLE`."""
     ddl: bool = False
     """True when it comes from CREATE/ALTER ROUTE: the DDL-only rule R5(a) applies."""
+    instance: str | None = None
+    """The instance whose table the route is in; None until the file or the command says
+    (`with_instance`)."""
 
     @property
     def key(self) -> str:
-        """The routes-topic key, `scope/name`."""
-        return route_key(self.scope, self.name)
+        """The routes-topic key, `instance/scope/name`."""
+        if self.instance is None:
+            raise ValueError(f"route {self.scope}/{self.name} ({self.source}) names no instance")
+        return route_key(self.instance, self.scope, self.name)
+
+    def with_instance(self, instance: str | None) -> RouteOperation:
+        """The operation in `instance`'s table, unless it names its own instance already."""
+        return (
+            self
+            if self.instance is not None or instance is None
+            else dataclasses.replace(self, instance=instance)
+        )
 
 
 @dataclass(frozen=True)
@@ -68,6 +86,7 @@ class RouteChange:
     """One record to publish on the routes topic: a route, or a tombstone (`route` None)."""
 
     action: Literal["create", "replace", "alter", "drop"]
+    instance: str
     scope: str
     name: str
     route: Route | None
@@ -75,12 +94,12 @@ class RouteChange:
 
     @property
     def key(self) -> str:
-        """The routes-topic key, `scope/name`."""
-        return route_key(self.scope, self.name)
+        """The routes-topic key, `instance/scope/name`."""
+        return route_key(self.instance, self.scope, self.name)
 
 
 def check_operations(operations: Iterable[RouteOperation]) -> None:
-    """Refuse a route created twice in one load with no drop between (duplicate scope/name)."""
+    """Refuse a route created twice in one load with no drop between (duplicate instance/scope/name)."""
     created: dict[str, Source] = {}
     for operation in operations:
         if operation.op == "create":
@@ -110,6 +129,7 @@ def plan_route_changes(
     changes = []
     for operation in operations:
         key = operation.key
+        instance, _, _ = split_route_key(key)
         subject = route_subject(operation.scope, operation.name)
         if operation.op == "create":
             if operation.route is None:
@@ -117,7 +137,9 @@ def plan_route_changes(
             action: Literal["create", "replace"] = "replace" if key in table else "create"
             table[key] = operation.route
             changes.append(
-                RouteChange(action, operation.scope, operation.name, operation.route, operation.source)
+                RouteChange(
+                    action, instance, operation.scope, operation.name, operation.route, operation.source
+                )
             )
         elif operation.op == "alter":
             existing = table.get(key)
@@ -126,12 +148,16 @@ def plan_route_changes(
             altered = dataclasses.replace(existing, **dict(operation.changes))  # type: ignore[arg-type]
             validate_route(altered, operation.source, ddl=operation.ddl)
             table[key] = altered
-            changes.append(RouteChange("alter", operation.scope, operation.name, altered, operation.source))
+            changes.append(
+                RouteChange("alter", instance, operation.scope, operation.name, altered, operation.source)
+            )
         else:
             if key not in table:
                 fail(operation.source, subject, "cannot drop a route that does not exist")
             del table[key]
-            changes.append(RouteChange("drop", operation.scope, operation.name, None, operation.source))
+            changes.append(
+                RouteChange("drop", instance, operation.scope, operation.name, None, operation.source)
+            )
     return changes
 
 

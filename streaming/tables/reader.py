@@ -21,10 +21,12 @@ longer counts. Each read logs ONE warning (logger `streaming.tables.reader`) per
 `skipped`, naming the topic, partition, offset and key, and the reason; a record replaced within
 the same read is not worth a warning.
 
-A route reader may be given the database names of the instance catalogs (every instance's: the
-routes topic is shared, its key names no instance). A route whose scope is none of them is then
-left out of the table and listed in `skipped`; `use_databases` changes the names, and the routes
-left out come back when their database appears.
+Every instance has its own routing tables on the one routes topic (key `instance/scope/name`). A
+route reader given an instance reads that instance's routes only (the job's); without one it reads
+every instance's (`router routes list`, `routes load`), each row keyed by its instance. It may be
+given the database names the routes may have as their scope (the job: its instance's databases). A
+route whose scope is none of them is then left out of the table and listed in `skipped`;
+`use_databases` changes the names, and the routes left out come back when their database appears.
 
 Versions: the offset up to which each partition was read, `p0:42` (or `p0:42,p1:7`); two reads
 with equal versions saw the same records. A topic that does not exist reads as an empty table with
@@ -49,7 +51,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from streaming.errors import ConfigError, KafkaUnavailable, MalformedRecord
 from streaming.kafka.connection import ClientValue, Kafka, bootstrap_of, client_config
 from streaming.rules.model import Instance, MirrorRole, Route
-from streaming.tables.records import CatalogRecords, MirrorRecords, RouteRecords, TableRecords
+from streaming.tables.operations import split_route_key
+from streaming.tables.records import CatalogRecords, MirrorRecords, OtherTable, RouteRecords, TableRecords
 from streaming.tables.validate import RECORD, check_known_scope, route_subject
 
 log = logging.getLogger("streaming.tables.reader")
@@ -244,7 +247,7 @@ class TableReader(Generic[V]):
         """The records the table leaves out that no later record of their key replaced (by position)."""
         left_out = list(self._refused.values())
         for key, (value, partition, offset) in self._rows.items():
-            reason = self._excluded(value)
+            reason = self._excluded(key, value)
             if reason is not None:
                 left_out.append(SkippedRecord(partition, offset, key, reason))
         return tuple(sorted(left_out, key=lambda s: (s.partition, s.offset)))
@@ -255,7 +258,7 @@ class TableReader(Generic[V]):
 
     # --- what subclasses may add ---------------------------------------------------------------
 
-    def _excluded(self, value: V) -> str | None:
+    def _excluded(self, key: str, value: V) -> str | None:
         """Return why a good row is left out of the table, or None to show it (default: never)."""
         return None
 
@@ -264,7 +267,7 @@ class TableReader(Generic[V]):
         changes = _Changes()
         table: dict[str, V] = {}
         for key, (value, _, _) in self._rows.items():
-            if self._excluded(value) is None:
+            if self._excluded(key, value) is None:
                 table[key] = value
             elif self._table.get(key, _ABSENT) is not _ABSENT:
                 changes.excluded.append(key)
@@ -359,7 +362,14 @@ class TableReader(Generic[V]):
             return
         try:
             row_key = self._records.row_key(key)
+        except OtherTable:
+            return
         except ConfigError as exc:
+            if record.value() is None:
+                # A tombstone for a key that names no row (one a migration moved away): what that key
+                # held is gone, and the tombstone itself holds nothing to skip.
+                self._refused.pop(("raw key", key_bytes), None)
+                return
             self._refuse(("raw key", key_bytes), SkippedRecord(partition, offset, key, str(exc)), changes)
             return
         value = record.value()
@@ -376,7 +386,7 @@ class TableReader(Generic[V]):
             return
         self._refused.pop(row_key, None)
         self._rows[row_key] = (decoded, partition, offset)
-        if self._excluded(decoded) is not None:
+        if self._excluded(row_key, decoded) is not None:
             changes.excluded.append(row_key)
             if self._table.pop(row_key, _ABSENT) is not _ABSENT:
                 changes.changed = True
@@ -397,7 +407,7 @@ class TableReader(Generic[V]):
         for key in dict.fromkeys(changes.excluded):
             if key in self._rows:
                 value, partition, offset = self._rows[key]
-                reason = self._excluded(value)
+                reason = self._excluded(key, value)
                 if reason is not None:
                     log.warning(
                         "skipped %s", SkippedRecord(partition, offset, key, reason).describe(self.topic)
@@ -410,9 +420,10 @@ class TableReader(Generic[V]):
 class RouteTableReader(TableReader[Route]):
     """The routes topic's reader: `values()` / `routes` is the route table the job routes with.
 
-    `databases`, when given, are the database names of the instance catalogs (every instance's,
-    `catalog_databases`): a route whose scope is none of them is left out and listed in `skipped`.
-    None checks no scope (the catalogs are not known).
+    `instance`, when given, is the instance whose tables are read (the others' records are no rows).
+    `databases`, when given, holds each instance's database names (`databases_by_instance`, from the
+    catalogs): a route of an instance that is not there, or whose scope is none of its databases, is
+    left out and listed in `skipped`. None checks neither (the catalogs are not known).
     """
 
     def __init__(
@@ -420,33 +431,48 @@ class RouteTableReader(TableReader[Route]):
         kafka: Kafka,
         topic: str,
         *,
-        databases: Collection[str] | None = None,
+        instance: str | None = None,
+        databases: Mapping[str, Collection[str]] | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
-        super().__init__(kafka, topic, RouteRecords(), timeout=timeout)
-        self._databases = None if databases is None else frozenset(databases)
+        super().__init__(kafka, topic, RouteRecords(instance), timeout=timeout)
+        self._databases = _frozen(databases)
 
     @property
     def routes(self) -> tuple[Route, ...]:
-        """Every route of the table (expired ones included, R6), sorted by `scope/name`."""
+        """Every route of the table (expired ones included, R6), sorted by `instance/scope/name`."""
         return self.values()
 
-    def use_databases(self, databases: Collection[str] | None) -> bool:
-        """Check route scopes against these database names from now on; return whether the table changed."""
-        wanted = None if databases is None else frozenset(databases)
+    def use_databases(self, databases: Mapping[str, Collection[str]] | None) -> bool:
+        """Check routes against these databases by instance from now on; return whether the table changed."""
+        wanted = _frozen(databases)
         if wanted == self._databases:
             return False
         self._databases = wanted
         return self._reconsider()
 
-    def _excluded(self, value: Route) -> str | None:
-        if self._databases is None or value.scope in self._databases:
+    def _excluded(self, key: str, value: Route) -> str | None:
+        if self._databases is None:
+            return None
+        instance, _, _ = split_route_key(key)
+        known = self._databases.get(instance)
+        if known is None:
+            return (
+                f"route {value.scope}/{value.name} of instance {instance!r}: expected an instance of the "
+                f"catalogs ({', '.join(sorted(self._databases))}); load its catalog "
+                "(router catalogs load FILE)"
+            )
+        if value.scope in known:
             return None
         try:
-            check_known_scope(value.scope, self._databases, RECORD, route_subject(value.scope, value.name))
+            check_known_scope(value.scope, known, RECORD, route_subject(value.scope, value.name))
         except ConfigError as exc:
             return str(exc)
         return None
+
+
+def _frozen(databases: Mapping[str, Collection[str]] | None) -> dict[str, frozenset[str]] | None:
+    return None if databases is None else {k: frozenset(v) for k, v in databases.items()}
 
 
 class CatalogTableReader(TableReader[Instance]):
@@ -473,9 +499,9 @@ class MirrorTableReader(TableReader[MirrorRole]):
         return dict(self._table)
 
 
-def catalog_databases(instances: Iterable[Instance]) -> frozenset[str]:
-    """Return the names of every database of `instances`: the scopes a route may have."""
-    return frozenset(database.name for instance in instances for database in instance.databases)
+def databases_by_instance(instances: Iterable[Instance]) -> dict[str, frozenset[str]]:
+    """Each instance's database names: the scopes the routes of its tables may have."""
+    return {instance.name: frozenset(d.name for d in instance.databases) for instance in instances}
 
 
 def read_once(reader: TableReader[V]) -> TableRead[V]:
@@ -489,11 +515,12 @@ def read_routes(
     kafka: Kafka,
     topic: str,
     *,
-    databases: Collection[str] | None = None,
+    instance: str | None = None,
+    databases: Mapping[str, Collection[str]] | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
 ) -> TableRead[Route]:
     """Read the routes topic once, up to its end now (see `RouteTableReader`)."""
-    return read_once(RouteTableReader(kafka, topic, databases=databases, timeout=timeout))
+    return read_once(RouteTableReader(kafka, topic, instance=instance, databases=databases, timeout=timeout))
 
 
 def read_catalog_table(

@@ -5,14 +5,16 @@ reason (`ConfigError` for a value that decodes but breaks a rule, `MalformedReco
 does not decode). It does no I/O: `streaming.tables.reader` reads the records and decides their fate
 (see there: a refused record is skipped and the key keeps its last good value).
 
-    routes topic    key `scope/name`          value Avro router.v1.Route; null = dropped
+    routes topic    key `instance/scope/name` value Avro router.v1.Route; null = dropped
     catalogs topic  key the instance name     value Avro router.v1.Catalog
     mirrors topic   key a partner's address   value the role as text: principal|mirror|unreachable
 
 A value is checked with the loaders' own checks (`streaming.tables.validate`), so the topic holds
 no route or catalog that a route or catalog file could not have published, whoever wrote it. The
 key must agree with the value (a route's `scope/name`, a catalog's instance name): otherwise a
-tombstone for the value's key would not remove it.
+tombstone for the value's key would not remove it. A route reader for one instance takes only the
+records of that instance's tables: `row_key` raises `OtherTable` for the others, which are no row of
+this table and no error either.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Protocol, TypeVar
 
 from streaming.kafka.avro import decoder, record_to_instance, record_to_route
 from streaming.rules.model import Instance, MirrorRole, Route, normalize_address
-from streaming.tables.operations import route_key
+from streaming.tables.operations import route_key, split_route_key
 from streaming.tables.validate import (
     RECORD,
     check_mirror_role,
@@ -34,6 +36,15 @@ from streaming.tables.validate import (
 
 V = TypeVar("V")
 V_co = TypeVar("V_co", covariant=True)
+
+MIGRATE_HINT = (
+    "a key 'scope/name' was written before each instance had its own routing tables; "
+    "`router routes migrate --instance NAME` moves such routes into instance NAME's tables"
+)
+
+
+class OtherTable(Exception):
+    """A record of another table on the same topic (another instance's routes): not a row, not an error."""
 
 
 class TableRecords(Protocol[V_co]):
@@ -52,28 +63,44 @@ class TableRecords(Protocol[V_co]):
 
 
 class RouteRecords:
-    """The routes topic: key `scope/name`, value an Avro route checked like a route file's."""
+    """The routes topic: key `instance/scope/name`, value an Avro route checked like a route file's.
+
+    With `instance`, only that instance's routes are rows (`OtherTable` for the rest).
+    """
 
     what = "route"
 
-    def __init__(self) -> None:
+    def __init__(self, instance: str | None = None) -> None:
         self._decode = decoder("route")
+        self.instance = instance
 
     def row_key(self, key: str) -> str:
-        """Return the key as it is, if it has the `scope/name` form (the scope ends at the first `/`)."""
-        if "/" not in key:
-            fail(RECORD, "", f"expected a routes-topic key 'scope/name', got {key!r}", "key")
+        """Return the key as it is, if it has the `instance/scope/name` form (and is this table's)."""
+        try:
+            instance, _, _ = split_route_key(key)
+        except ValueError:
+            fail(
+                RECORD,
+                "",
+                f"expected a routes-topic key 'instance/scope/name', got {key!r}: {MIGRATE_HINT}",
+                "key",
+            )
+        if self.instance is not None and instance != self.instance:
+            raise OtherTable(key)
         return key
 
     def row_value(self, key: str, value: bytes) -> Route:
         """Return the route, as the loaders would have written it (`validate_stored_route`)."""
         route = validate_stored_route(record_to_route(self._decode(value)), RECORD)
-        expected = route_key(route.scope, route.name)
+        if key == f"{route.scope}/{route.name}":  # a name with '/' makes such a key look like a new one
+            fail(RECORD, route_subject(route.scope, route.name), MIGRATE_HINT, "key")
+        instance, _, _ = split_route_key(key)
+        expected = route_key(instance, route.scope, route.name)
         if key != expected:
             fail(
                 RECORD,
                 route_subject(route.scope, route.name),
-                f"expected the record's key to be {expected!r} (its scope/name), got {key!r}",
+                f"expected the record's key to be {expected!r} (instance/scope/name), got {key!r}",
                 "key",
             )
         return route

@@ -1,6 +1,6 @@
 """Route tables and catalogs on their compacted Kafka topics: publishing, and reading back.
 
-Routes topic: key `scope/name` (UTF-8, `operations.route_key`), value an Avro `router.v1.Route`;
+Routes topic: key `instance/scope/name` (UTF-8, `operations.route_key`), value an Avro `router.v1.Route`;
 a dropped route is a tombstone (null value). Catalogs topic: key the instance name (UTF-8), value
 an Avro `router.v1.Catalog`. Both topics are compacted, so the table is the last value of each key.
 
@@ -17,20 +17,27 @@ operations are applied to it, and only then is anything produced).
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from streaming.errors import KafkaUnavailable, RouterError
+from streaming.errors import ConfigError, KafkaUnavailable, MalformedRecord, RouterError
 from streaming.kafka.admin import ensure_topics
-from streaming.kafka.avro import catalog_to_record, encode_catalog, encode_route, route_to_record
+from streaming.kafka.avro import (
+    catalog_to_record,
+    decoder,
+    encode_catalog,
+    encode_route,
+    record_to_route,
+    route_to_record,
+)
 from streaming.kafka.connection import Kafka, bootstrap_of, client_config
 from streaming.rules.model import Instance, Route
 from streaming.tables.operations import RouteChange, RouteOperation, plan_route_changes, route_key
 from streaming.tables.reader import DEFAULT_TIMEOUT_S, TableReader, read_catalog_table, read_routes
 from streaming.tables.records import RawRecords
-from streaming.tables.validate import check_known_scope, route_subject
+from streaming.tables.validate import RECORD, check_known_scope, fail, route_subject, validate_stored_route
 
 _LIBRDKAFKA_LOG = logging.getLogger("streaming.kafka.librdkafka")
 
@@ -140,38 +147,89 @@ def publish_routes(
     operations: Sequence[RouteOperation],
     topic: str,
     *,
-    databases: Collection[str] | None = None,
+    databases: Mapping[str, Collection[str]] | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
 ) -> list[RouteChange]:
-    """Apply route operations to the table on `topic` and publish the result; return what changed.
+    """Apply route operations to the tables on `topic` and publish the result; return what changed.
 
-    The current table is read first (records the reader skips are left out, with a warning) and
-    every operation checked against it (an alter or drop of a route that does not exist, an alter
-    that breaks a route rule) before anything is produced. With `databases` (the catalogs' database
-    names, `reader.catalog_databases`) a created or altered route must also have one of them as its
-    scope; a drop needs none, so that the routes of a database that left the catalogs can go.
+    The current tables are read first (records the reader skips are left out, with a warning) and
+    every operation checked against its instance's table (an alter or drop of a route that does not
+    exist, an alter that breaks a route rule) before anything is produced. With `databases` (each
+    instance of the catalogs -> its database names, `reader.databases_by_instance`) a created or
+    altered route must be in an instance of the catalogs and have one of its databases as its
+    scope; a drop needs neither, so that the routes of a database that left the catalogs can go.
     """
     current = read_routes(kafka, topic, timeout=timeout)
     changes = plan_route_changes(current.table, operations)
     if databases is not None:
         for change in changes:
-            if change.route is not None:
-                check_known_scope(
-                    change.route.scope, databases, change.source, route_subject(change.scope, change.name)
+            if change.route is None:
+                continue
+            subject = route_subject(change.scope, change.name)
+            if change.instance not in databases:
+                fail(
+                    change.source,
+                    subject,
+                    f"expected an instance of the catalogs ({', '.join(sorted(databases))}), got "
+                    f"{change.instance!r}; load its catalog first (router catalogs load FILE)",
+                    "instance",
                 )
+            check_known_scope(change.route.scope, databases[change.instance], change.source, subject)
     publish_route_changes(kafka, changes, topic, timeout=timeout)
     return changes
 
 
-def put_route(kafka: Kafka, route: Route, topic: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-    """Publish one route as it is (create or replace), e.g. a route a BCN service creates (B6)."""
+def put_route(
+    kafka: Kafka, instance: str, route: Route, topic: str, *, timeout: float = DEFAULT_TIMEOUT_S
+) -> None:
+    """Publish one route of `instance` as it is (create or replace), e.g. one a BCN service creates (B6)."""
     ensure_topics(kafka, [topic], compacted=True)
     produce_records(
         kafka,
         topic,
-        [(route_key(route.scope, route.name).encode(), encode_route(route_to_record(route)), None)],
+        [(route_key(instance, route.scope, route.name).encode(), encode_route(route_to_record(route)), None)],
         timeout=timeout,
     )
+
+
+@dataclass(frozen=True)
+class Migration:
+    """A route under a key of the form before instances had their own tables, and its new key."""
+
+    old_key: str
+    new_key: str
+    route: Route
+
+
+def plan_route_migration(kafka: Kafka, topic: str, instance: str) -> list[Migration]:
+    """The routes on `topic` keyed `scope/name`, each with its key in `instance`'s tables.
+
+    That key form is from before each instance had its own tables; a record that is not a valid
+    route is left alone.
+    """
+    latest, _ = read_latest(kafka, topic)
+    decode = decoder("route")
+    moves = []
+    for key, stored in sorted(latest.items()):
+        try:
+            route = validate_stored_route(record_to_route(decode(stored.value)), RECORD)
+        except (ConfigError, MalformedRecord):
+            continue
+        if key == f"{route.scope}/{route.name}":
+            moves.append(Migration(key, route_key(instance, route.scope, route.name), route))
+    return moves
+
+
+def migrate_routes(kafka: Kafka, topic: str, moves: Sequence[Migration]) -> int:
+    """Write each route under its new key, then a tombstone for its old key; return the routes moved.
+
+    The new records come first, so that a reader never sees a route gone from both keys.
+    """
+    produce_records(
+        kafka, topic, [(m.new_key.encode(), encode_route(route_to_record(m.route)), None) for m in moves]
+    )
+    produce_records(kafka, topic, [(m.old_key.encode(), None, None) for m in moves])
+    return len(moves)
 
 
 # --- catalogs --------------------------------------------------------------------------------------

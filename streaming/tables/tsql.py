@@ -12,8 +12,10 @@ The subset read (spec §1.1; CREATE ROUTE and ALTER ROUTE syntax):
 
 Keywords are case-insensitive; names may be bracketed `[x]` or double-quoted; strings are '...'
 or N'...' with '' for a quote; `--` and nested `/* */` comments are skipped. Without a USE, the
-scope is the default scope (the `--scope` flag). LIFETIME counts seconds from `now` (R6). Any
-other statement is an error: a route script should say only what the router will do.
+scope is the default scope (the `--scope` flag). A script is run on one SQL Server instance, so the
+routes of a script are in one instance's tables: a header comment among the lines before the first
+statement names it (`-- instance: i1`), else the `--instance` flag does. LIFETIME counts seconds
+from `now` (R6). Any other statement is an error: a route script should say only what the router will do.
 
 CREATE ROUTE's own rules are checked as SQL Server does: ADDRESS is required, a clause may appear
 once, a mirror route names both SERVICE_NAME and BROKER_INSTANCE (R5a), no mirror on LOCAL or
@@ -22,6 +24,8 @@ TRANSPORT (R5b), a TRANSPORT route names neither (T3), a BCN route has no BROKER
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -35,6 +39,7 @@ from streaming.tables.validate import (
     Source,
     check_address,
     check_guid,
+    check_instance_name,
     check_int,
     check_scope,
     check_service,
@@ -316,15 +321,49 @@ class _Parser:
             return values
 
 
+_HEADER = re.compile(r"--\s*instance\s*:\s*(?P<name>\S+)\s*$", re.IGNORECASE)
+
+
+def script_instance(text: str, file: str) -> str | None:
+    """The instance a script's header names (`-- instance: NAME` before the first statement), or None."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if not stripped.startswith("--"):
+            return None
+        found = _HEADER.match(stripped)
+        if found:
+            return check_instance_name(found["name"], Source(file, number), "header", "instance")
+    return None
+
+
 def parse_route_script(
-    text: str, file: str, *, now: datetime, default_scope: str | None = None
+    text: str,
+    file: str,
+    *,
+    now: datetime,
+    default_scope: str | None = None,
+    default_instance: str | None = None,
 ) -> list[RouteOperation]:
-    """Parse a T-SQL route script into its operations, in order (see the module docstring)."""
+    """Parse a T-SQL route script into its operations, in order (see the module docstring).
+
+    The operations are in the instance the header names, else in `default_instance` (None: left to
+    the caller).
+    """
     if default_scope is not None:
         check_scope(default_scope, Source(file), "--scope", "scope")
-    return _Parser(tokenize(text, file), file, now, default_scope).parse()
+    instance = script_instance(text, file) or default_instance
+    return [
+        dataclasses.replace(operation, instance=instance)
+        for operation in _Parser(tokenize(text, file), file, now, default_scope).parse()
+    ]
 
 
-def load_route_script(path: Path, *, now: datetime, default_scope: str | None = None) -> list[RouteOperation]:
+def load_route_script(
+    path: Path, *, now: datetime, default_scope: str | None = None, default_instance: str | None = None
+) -> list[RouteOperation]:
     """Read and parse a T-SQL route script file."""
-    return parse_route_script(read_text(path), str(path), now=now, default_scope=default_scope)
+    return parse_route_script(
+        read_text(path), str(path), now=now, default_scope=default_scope, default_instance=default_instance
+    )

@@ -98,6 +98,14 @@ def check_scope(value: object, source: Source, subject: str, field: str = "scope
     return scope
 
 
+def check_instance_name(value: object, source: Source, subject: str, field: str = "instance") -> str:
+    """Return a valid instance name; `/` is refused because it separates instance/scope/name keys."""
+    name = check_sysname(value, source, subject, field)
+    if "/" in name:
+        fail(source, subject, f"expected an instance name without '/', got {name!r}", field)
+    return name
+
+
 def check_service(value: object, source: Source, subject: str, field: str = "service") -> str:
     """Return a service name unchanged: it is compared byte by byte (R2), so nothing is trimmed."""
     if not isinstance(value, str) or not value:
@@ -154,18 +162,13 @@ def check_tcp_address(value: object, source: Source, subject: str, field: str) -
 
 
 def check_known_scope(scope: str, databases: Collection[str], source: Source, subject: str) -> str:
-    """Return `scope` if it is a database of an instance in the catalogs (`databases`, every instance's).
-
-    The routes topic is shared by all instances (its key `scope/name` names none), so a scope is
-    known when any instance has a database of that name; which instance uses a route is the
-    scoping rules' business (S1-S3), not the table's.
-    """
+    """Return `scope` if it is a database of the route's instance (`databases`, from its catalog)."""
     if scope not in databases:
         fail(
             source,
             subject,
-            f"expected a database of an instance in the catalogs, got {scope!r}; load the catalog of "
-            "the instance that hosts it first (router catalogs load FILE)",
+            f"expected a database of the route's instance in the catalogs ({', '.join(sorted(databases))}), "
+            f"got {scope!r}; load the catalog that lists it first (router catalogs load FILE)",
             "scope",
         )
     return scope
@@ -293,7 +296,7 @@ def validate_stored_instance(instance: Instance, source: Source) -> Instance:
             )
         )
     checked = Instance(
-        name=check_sysname(instance.name, source, subject, "name"),
+        name=check_instance_name(instance.name, source, subject, "name"),
         address=check_tcp_address(instance.address, source, subject, "address"),
         databases=tuple(databases),
         forwarding=check_bool(instance.forwarding, source, subject, "forwarding"),

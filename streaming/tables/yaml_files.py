@@ -1,12 +1,15 @@
 """Route tables and instance catalogs written as YAML.
 
-A route table file is a list of routes (or a mapping with one key, `routes`, holding the list):
+A route table file is a list of routes (or a mapping with `routes` holding the list, and
+optionally `instance`, the instance of the entries that name none):
 
-    - {scope: AW, name: AutoCreatedLocal, address: LOCAL}
-    - {scope: AW, name: OrderPartsRoute, service: OrderParts, address: "TCP://i2.example:4022"}
-    - {scope: AW, name: Temp, service: X, address: "TCP://h:4022", lifetime_s: 3600}
+    - {instance: i1, scope: AW, name: AutoCreatedLocal, address: LOCAL}
+    - {instance: i1, scope: AW, name: OrderPartsRoute, service: OrderParts, address: "TCP://i2.example:4022"}
+    - {instance: i2, scope: msdb, name: Temp, service: X, address: "TCP://h:4022", lifetime_s: 3600}
 
-Route fields as in the scenario format: `scope` (may default to `--scope`), `name`, `service` and
+Each instance has its own tables: `instance` names the one a route is in (an entry's own, else
+the file's, else `--instance`; one file may hold several instances' routes). The other route
+fields are as in the scenario format: `scope` (may default to `--scope`), `name`, `service` and
 `broker_instance` (absent or null = any), `address`, `mirror_address`, and `lifetime_s` (seconds
 from the load) or `expires_at` (a UTC instant). An optional `op` (`create`, the default, `alter` or
 `drop`) makes an entry an ALTER (only the fields named change, R7) or a DROP (scope and name only).
@@ -42,6 +45,7 @@ from streaming.tables.validate import (
     Source,
     check_bool,
     check_guid,
+    check_instance_name,
     check_int,
     check_known_fields,
     check_scope,
@@ -57,6 +61,7 @@ from streaming.tables.validate import (
 
 ROUTE_FIELDS = (
     "op",
+    "instance",
     "scope",
     "name",
     "service",
@@ -182,25 +187,50 @@ def _mapping(entry: object, source: Source, subject: str) -> LineDict:
 
 
 def parse_route_yaml(
-    text: str, file: str, *, now: datetime, default_scope: str | None = None
+    text: str,
+    file: str,
+    *,
+    now: datetime,
+    default_scope: str | None = None,
+    default_instance: str | None = None,
 ) -> list[RouteOperation]:
     """Parse a route table YAML document into operations; `lifetime_s` counts from `now` (R6)."""
-    entries = _entries(parse_yaml(text, file), file, "routes", "routes")
+    document = parse_yaml(text, file)
+    if isinstance(document, LineDict) and set(document) == {"instance", "routes"}:
+        where = Source(file, document.line_of("instance"))
+        default_instance = check_instance_name(document["instance"], where, "file", "instance")
+        document = document["routes"]
+    entries = _entries(document, file, "routes", "routes")
     return [
-        route_entry_operation(entry, source, index, now=now, default_scope=default_scope)
+        route_entry_operation(
+            entry, source, index, now=now, default_scope=default_scope, default_instance=default_instance
+        )
         for index, (entry, source) in enumerate(entries, start=1)
     ]
 
 
-def load_route_yaml(path: Path, *, now: datetime, default_scope: str | None = None) -> list[RouteOperation]:
+def load_route_yaml(
+    path: Path, *, now: datetime, default_scope: str | None = None, default_instance: str | None = None
+) -> list[RouteOperation]:
     """Read and parse a route table YAML file (see `parse_route_yaml`)."""
-    return parse_route_yaml(read_text(path), str(path), now=now, default_scope=default_scope)
+    return parse_route_yaml(
+        read_text(path), str(path), now=now, default_scope=default_scope, default_instance=default_instance
+    )
 
 
 def route_entry_operation(
-    entry: object, base: Source, index: int, *, now: datetime, default_scope: str | None
+    entry: object,
+    base: Source,
+    index: int,
+    *,
+    now: datetime,
+    default_scope: str | None,
+    default_instance: str | None = None,
 ) -> RouteOperation:
-    """Return the operation of one route entry (a mapping of `ROUTE_FIELDS`)."""
+    """Return the operation of one route entry (a mapping of `ROUTE_FIELDS`).
+
+    Its instance is the entry's `instance`, else `default_instance`, else None (left to the caller).
+    """
     line = entry.line if isinstance(entry, LineDict) else None
     mapping = _mapping(entry, base.at(line), f"route #{index}")
     source = base.at(mapping.line)
@@ -223,12 +253,17 @@ def route_entry_operation(
     if "name" not in mapping:
         fail(source, subject, "required", "name")
     name = check_sysname(raw_name, at("name"), subject, "name")
+    instance = (
+        check_instance_name(mapping["instance"], at("instance"), subject)
+        if mapping.get("instance") is not None
+        else default_instance
+    )
 
-    named = [f for f in ROUTE_FIELDS if f in mapping and f not in ("op", "scope", "name")]
+    named = [f for f in ROUTE_FIELDS if f in mapping and f not in ("op", "instance", "scope", "name")]
     if op == "drop":
         if named:
-            fail(at(named[0]), subject, "a drop names only scope and name", named[0])
-        return RouteOperation("drop", scope, name, source)
+            fail(at(named[0]), subject, "a drop names only instance, scope and name", named[0])
+        return RouteOperation("drop", scope, name, source, instance=instance)
     if "lifetime_s" in mapping and "expires_at" in mapping:
         fail(at("expires_at"), subject, "give lifetime_s or expires_at, not both", "expires_at")
 
@@ -260,7 +295,7 @@ def route_entry_operation(
     if op == "alter":
         if not values:
             fail(source, subject, f"an alter names at least one of {', '.join(ALTERABLE)} or lifetime_s")
-        return RouteOperation("alter", scope, name, source, changes=tuple(values.items()))
+        return RouteOperation("alter", scope, name, source, changes=tuple(values.items()), instance=instance)
     if "address" not in values:
         fail(source, subject, "required", "address")
     route = Route(
@@ -273,7 +308,7 @@ def route_entry_operation(
         expires_at=_optional_instant(values.get("expires_at")),
     )
     validate_route(route, source, locate=lambda field: (at(field), field))
-    return RouteOperation("create", scope, name, source, route=route)
+    return RouteOperation("create", scope, name, source, route=route, instance=instance)
 
 
 def _optional_str(value: object) -> str | None:

@@ -41,7 +41,7 @@ def new_namespace(
     prefix = f"{label}{uuid.uuid4().hex[:8]}"
     publish_catalogs(bootstrap, [instance], topics.catalogs_topic(prefix))
     for route in routes:
-        put_route(bootstrap, route, topics.routes_topic(prefix))
+        put_route(bootstrap, instance.name, route, topics.routes_topic(prefix))
     ensure_topics(bootstrap, created(prefix), partitions=2)
     return prefix
 

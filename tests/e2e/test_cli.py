@@ -58,7 +58,7 @@ def test_routes_load_then_list_reads_back_the_table(kafka_bootstrap: str) -> Non
     assert listed.returncode == 0, listed.stderr
     assert "OrderPartsRoute" in listed.stdout and "TCP://i2.example:4022" in listed.stdout
     dropped = tmp_sql = Path(os.environ.get("TMPDIR", "/tmp")) / f"{prefix}.sql"
-    tmp_sql.write_text("USE AW;\nDROP ROUTE OrderPartsRoute;\n")
+    tmp_sql.write_text("-- instance: i1\nUSE AW;\nDROP ROUTE OrderPartsRoute;\n")
     try:
         assert router("routes", "load", str(dropped), *common).returncode == 0
     finally:

@@ -212,7 +212,7 @@ def test_five_kills_at_random_moments_lose_nothing(
         time.sleep(moments.uniform(0.0, 6.0))
         kill(router)
     assert written(kafka_bootstrap, names) < messages, "every kill was meant to interrupt the stream"
-    put_route(kafka_bootstrap, Route("AW", "Late", LATE, service="Late"), topics.routes_topic(prefix))
+    put_route(kafka_bootstrap, "i1", Route("AW", "Late", LATE, service="Late"), topics.routes_topic(prefix))
     router = start_router(settings, log, started)
     wait_for(lambda: accounted(kafka_bootstrap, prefix, traffic), 600, "every message", router, log)
     stop(router, log)
@@ -231,7 +231,7 @@ def test_sigint_and_sigterm_mid_stream_stop_cleanly_and_a_restart_loses_nothing(
     micro-batches with no traceback; restarts resume, and every message arrives exactly once."""
     prefix = namespace(kafka_bootstrap)
     traffic = send_traffic(kafka_bootstrap, prefix, 20_000, garbage=100)
-    put_route(kafka_bootstrap, Route("AW", "Late", LATE, service="Late"), topics.routes_topic(prefix))
+    put_route(kafka_bootstrap, "i1", Route("AW", "Late", LATE, service="Late"), topics.routes_topic(prefix))
     settings = settings_file(tmp_path, kafka_bootstrap, prefix, per_trigger=1_000)
     log = tmp_path / "router.log"
     names = list(destinations(prefix).values())
@@ -263,7 +263,7 @@ def test_a_broker_stopped_and_started_mid_stream_loses_nothing(
             bootstrap = broker.bootstrap
             prefix = namespace(bootstrap)
             traffic = send_traffic(bootstrap, prefix, 20_000)
-            put_route(bootstrap, Route("AW", "Late", LATE, service="Late"), topics.routes_topic(prefix))
+            put_route(bootstrap, "i1", Route("AW", "Late", LATE, service="Late"), topics.routes_topic(prefix))
             settings = settings_file(tmp_path, bootstrap, prefix, per_trigger=1_000)
             log = tmp_path / "router.log"
             names = list(destinations(prefix).values())
@@ -331,7 +331,7 @@ def test_poison_records_and_unwritable_destinations_cost_only_themselves(
     prefix = "p" * 120  # legal: 1 to 150 of [A-Za-z0-9._-]
     publish_catalogs(kafka_bootstrap, [instance], topics.catalogs_topic(prefix))
     for route in (Route("AW", "AutoCreatedLocal", "LOCAL"), Route(long_db.name, "AutoCreatedLocal", "LOCAL")):
-        put_route(kafka_bootstrap, route, topics.routes_topic(prefix))
+        put_route(kafka_bootstrap, "i1", route, topics.routes_topic(prefix))
     long_queue = topics.queue_topic("i1", long_db.name, long_db.services[0], prefix)
     audit = topics.queue_topic("i1", "AW", "Audit", prefix)
     refused = topics.queue_topic("i1", "AW", "InitiatorService", prefix)
@@ -427,12 +427,12 @@ def test_garbage_on_the_routes_topic_is_skipped_with_a_warning_and_routing_goes_
     d = destinations(prefix)
     wait_for(lambda: written(kafka_bootstrap, [d["far"]]) > 0, 300, "routing", router, log)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    producer.produce(routes, random.Random(7).randbytes(64), b"AW/Junk")
+    producer.produce(routes, random.Random(7).randbytes(64), b"i1/AW/Junk")
     bad = route_to_record(Route("AW", "BadAddress", "TCP://x:1", service="Late"))
     bad["address"] = "not an address"
-    producer.produce(routes, encode_route(bad), b"AW/BadAddress")
+    producer.produce(routes, encode_route(bad), b"i1/AW/BadAddress")
     assert producer.flush(30) == 0
-    put_route(kafka_bootstrap, Route("AW", "Late", LATE, service="Late"), routes)
+    put_route(kafka_bootstrap, "i1", Route("AW", "Late", LATE, service="Late"), routes)
     wait_for(lambda: accounted(kafka_bootstrap, prefix, traffic), 300, "every message", router, log)
     stop(router, log)
     assert_every_message_accounted_for(kafka_bootstrap, prefix, traffic, max_copies=1, late_delayed=False)

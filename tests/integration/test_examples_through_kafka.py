@@ -66,7 +66,7 @@ def produce_scenario(bootstrap: str, prefix: str, path: Path) -> None:
     instance = scenario.instance
     publish_catalogs(bootstrap, [instance], topics.catalogs_topic(prefix))
     for route in scenario.routes:
-        put_route(bootstrap, route, topics.routes_topic(prefix))
+        put_route(bootstrap, instance.name, route, topics.routes_topic(prefix))
     if scenario.mirrors:
         ensure_topics(bootstrap, [topics.mirrors_topic(prefix)], compacted=True)
         producer = Producer({"bootstrap.servers": bootstrap})

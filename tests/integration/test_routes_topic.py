@@ -16,6 +16,8 @@ import pytest
 
 from streaming.commands import catalogs, routes, send, tail
 from streaming.errors import ConfigError
+from streaming.kafka.admin import ensure_topics
+from streaming.kafka.avro import encode_route, route_to_record
 from streaming.rules.model import Route
 from streaming.tables.loading import load_catalog_files, load_route_files
 from streaming.tables.operations import RouteOperation
@@ -57,8 +59,8 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def sql(text: str) -> list[RouteOperation]:
-    return parse_route_script(text, "test.sql", now=now())
+def sql(text: str, instance: str = "i1") -> list[RouteOperation]:
+    return parse_route_script(text, "test.sql", now=now(), default_instance=instance)
 
 
 def read_route_table(bootstrap: str, topic: str) -> tuple[tuple[Route, ...], str]:
@@ -75,7 +77,7 @@ def test_yaml_then_tsql_reads_back_last_value_per_key(kafka_bootstrap: str, pref
     topic = routes_topic(prefix)
     yaml_ops = load_route_files([REPO / "routes/demo/routes.yaml"], now=now())
     changes = publish_routes(kafka_bootstrap, yaml_ops, topic)
-    assert [c.action for c in changes] == ["create"] * 5
+    assert [c.action for c in changes] == ["create"] * 6
 
     # The T-SQL script states i1's part again: its routes replace the same keys (load is idempotent).
     sql_ops = load_route_files([REPO / "routes/demo/routes.sql"], now=now())
@@ -91,18 +93,19 @@ def test_yaml_then_tsql_reads_back_last_value_per_key(kafka_bootstrap: str, pref
 
     read = read_routes(kafka_bootstrap, topic)
     table, version = read.table, read.version
-    assert version == "p0:9"
+    assert version == "p0:10"
     assert sorted(table) == [
-        "AW/AutoCreatedLocal",
-        "AW/OrderPartsRoute",
-        "Parts/AutoCreatedLocal",
-        "Parts/InitiatorRoute",
-        "msdb/AutoCreatedLocal",
+        "i1/AW/AutoCreatedLocal",
+        "i1/AW/OrderPartsRoute",
+        "i1/msdb/AutoCreatedLocal",
+        "i2/Parts/AutoCreatedLocal",
+        "i2/Parts/InitiatorRoute",
+        "i2/msdb/AutoCreatedLocal",
     ]
-    assert table["AW/OrderPartsRoute"] == Route(
+    assert table["i1/AW/OrderPartsRoute"] == Route(
         scope="AW", name="OrderPartsRoute", service="OrderParts", address="TCP://i3:4022"
     )
-    assert table["Parts/InitiatorRoute"].broker_instance == AW_GUID
+    assert table["i2/Parts/InitiatorRoute"].broker_instance == AW_GUID
     routes_only, same_version = read_route_table(kafka_bootstrap, topic)
     assert same_version == version and routes_only == tuple(table[k] for k in sorted(table))
 
@@ -115,9 +118,9 @@ def test_drop_publishes_a_tombstone_that_removes_the_route(kafka_bootstrap: str,
         topic,
     )
     changes = publish_routes(kafka_bootstrap, sql("USE AW DROP ROUTE a"), topic)
-    assert [(c.action, c.key, c.route) for c in changes] == [("drop", "AW/a", None)]
+    assert [(c.action, c.key, c.route) for c in changes] == [("drop", "i1/AW/a", None)]
     read = read_routes(kafka_bootstrap, topic)
-    assert sorted(read.table) == ["AW/b"] and read.version == "p0:3"
+    assert sorted(read.table) == ["i1/AW/b"] and read.version == "p0:3"
     with pytest.raises(ConfigError, match="cannot drop a route that does not exist"):
         publish_routes(kafka_bootstrap, sql("USE AW DROP ROUTE a"), topic)
 
@@ -154,14 +157,15 @@ def test_routes_commands_load_and_list_mark_expired(
         "- {name: Soon, service: T, address: 'TCP://h:4022', lifetime_s: 60}\n"
     )
     common = ["--bootstrap", kafka_bootstrap, "--topic-prefix", prefix]
-    assert run_command(["routes", "load", str(table), "--scope", "msdb", *common]) == 0
+    assert run_command(["routes", "load", str(table), "--scope", "msdb", "--instance", "i1", *common]) == 0
     loaded = capsys.readouterr().out
     assert f"published 3 route change(s) to {routes_topic(prefix)}" in loaded
-    assert "create  msdb/Soon" in loaded
+    assert "create  i1/msdb/Soon" in loaded
 
     assert run_command(["routes", "list", *common]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == [
+        "INSTANCE",
         "SCOPE",
         "NAME",
         "SERVICE",
@@ -189,7 +193,8 @@ def test_a_bad_file_publishes_nothing(kafka_bootstrap: str, prefix: str, tmp_pat
     bad.write_text("USE AW\nALTER ROUTE missing WITH LIFETIME = 5\n")
     with pytest.raises(ConfigError, match=r"bad\.sql:2: route AW/missing: cannot alter"):
         run_command(
-            ["routes", "load", str(good), str(bad), "--bootstrap", kafka_bootstrap, "--topic-prefix", prefix]
+            ["routes", "load", str(good), str(bad), "--instance", "i1", "--bootstrap", kafka_bootstrap]
+            + ["--topic-prefix", prefix]
         )
     assert read_route_table(kafka_bootstrap, routes_topic(prefix))[0] == ()
 
@@ -199,17 +204,53 @@ def test_malformed_route_value_is_skipped_with_its_offset(
 ) -> None:
     topic = routes_topic(prefix)
     publish_routes(kafka_bootstrap, sql("USE AW CREATE ROUTE good WITH ADDRESS = 'LOCAL'"), topic)
-    produce_records(kafka_bootstrap, topic, [(b"AW/bad", b"\x00\x01", None)])
+    produce_records(kafka_bootstrap, topic, [(b"i1/AW/bad", b"\x00\x01", None)])
     with caplog.at_level(logging.WARNING, logger="streaming.tables.reader"):
         read = read_routes(kafka_bootstrap, topic)
     ((route,), version) = read.values(), read.version
     assert route.name == "good" and version == "p0:2"
     ((partition, offset, key),) = [(s.partition, s.offset, s.key) for s in read.skipped]
-    assert (partition, offset, key) == (0, 1, "AW/bad")
+    assert (partition, offset, key) == (0, 1, "i1/AW/bad")
     assert [r.getMessage() for r in caplog.records] == [
-        f"skipped {topic}[0]@1 key 'AW/bad': {read.skipped[0].reason}"
+        f"skipped {topic}[0]@1 key 'i1/AW/bad': {read.skipped[0].reason}"
     ]
     assert read.skipped[0].reason.startswith("route record: expected Avro router.v1.Route")
+
+
+def test_routes_keyed_before_instances_had_their_own_tables_are_refused_then_migrated(
+    kafka_bootstrap: str, prefix: str, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    topic = routes_topic(prefix)
+    ensure_topics(kafka_bootstrap, [topic], compacted=True)
+    old = [Route("AW", "r", "LOCAL"), Route("msdb", "x/y", "TRANSPORT")]  # a name may hold '/'
+    records = [(f"{r.scope}/{r.name}".encode(), encode_route(route_to_record(r)), None) for r in old]
+    keep = Route("AW", "keep", "LOCAL")
+    produce_records(
+        kafka_bootstrap, topic, [*records, (b"i2/AW/keep", encode_route(route_to_record(keep)), None)]
+    )
+    common = ["--bootstrap", kafka_bootstrap, "--topic-prefix", prefix]
+
+    with caplog.at_level(logging.WARNING, logger="streaming.tables.reader"):
+        read = read_routes(kafka_bootstrap, topic)
+    assert sorted(read.table) == ["i2/AW/keep"]
+    assert [s.key for s in read.skipped] == ["AW/r", "msdb/x/y"]
+    assert all("router routes migrate --instance NAME" in s.reason for s in read.skipped)
+
+    assert run_command(["routes", "migrate", "--instance", "i1", "--dry-run", *common]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "would move AW/r -> i1/AW/r",
+        "would move msdb/x/y -> i1/msdb/x/y",
+        f"2 route(s) of {topic} keyed scope/name; wrote nothing",
+    ]
+    assert read_routes(kafka_bootstrap, topic).version == read.version
+
+    assert run_command(["routes", "migrate", "--instance", "i1", *common]) == 0
+    assert f"moved 2 route(s) of {topic} into instance i1's tables" in capsys.readouterr().out
+    after = read_routes(kafka_bootstrap, topic)
+    assert after.table == {"i1/AW/r": old[0], "i1/msdb/x/y": old[1], "i2/AW/keep": keep}
+    assert after.skipped == ()
+    assert run_command(["routes", "migrate", "--instance", "i1", *common]) == 0
+    assert "moved 0 route(s)" in capsys.readouterr().out
 
 
 def test_catalogs_round_trip_last_value_per_instance(

@@ -21,6 +21,7 @@ from streaming.kafka.admin import end_offsets, ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, Database, Instance, Route, normalize_address
 from streaming.spark.job import RouterJob
+from streaming.tables.reader import read_routes
 from streaming.tables.topic_io import publish_catalogs, put_route
 
 pytestmark = pytest.mark.integration
@@ -96,7 +97,7 @@ def prefix(kafka_bootstrap: str) -> str:
         Route("msdb", "AutoCreatedLocal", "LOCAL"),
         Route("AW", "FarRoute", "TCP://Far.Example:4022/", service="FarService"),
     ):
-        put_route(kafka_bootstrap, route, topics.routes_topic(name))
+        put_route(kafka_bootstrap, "i1", route, topics.routes_topic(name))
     return name
 
 
@@ -220,6 +221,7 @@ def test_a_route_created_while_messages_wait_releases_them_in_order(spark, kafka
     # routes of that moment, ahead of its newer message, and everything leaves in order.
     put_route(
         kafka_bootstrap,
+        "i1",
         Route("AW", "RemoteRoute", "TCP://i2:4022", service="Remote"),
         topics.routes_topic(prefix),
     )
@@ -249,6 +251,7 @@ def test_replay_drains_delayed_messages_as_they_fall_due(spark, kafka_bootstrap,
     assert len(job.waiting()) == 2
     put_route(
         kafka_bootstrap,
+        "i1",
         Route("AW", "LaterRoute", "TCP://i2:4022", service="Later"),
         topics.routes_topic(prefix),
     )
@@ -278,6 +281,7 @@ def test_a_conversation_keeps_its_route_across_batches_and_a_restart(
     for name, address in zip("AB", addresses[:2], strict=True):
         put_route(
             kafka_bootstrap,
+            "i1",
             Route("AW", f"Balanced{name}", address, service="Balanced"),
             topics.routes_topic(prefix),
         )
@@ -289,6 +293,7 @@ def test_a_conversation_keeps_its_route_across_batches_and_a_restart(
 
     put_route(
         kafka_bootstrap,
+        "i1",
         Route("AW", "BalancedC", addresses[2], service="Balanced"),
         topics.routes_topic(prefix),
     )
@@ -324,7 +329,7 @@ def test_a_missing_route_is_asked_for_once_until_a_route_for_it_appears(
     publish_catalogs(kafka_bootstrap, [i1, I2], topics.catalogs_topic(prefix))
     routes = topics.routes_topic(prefix)
     put_route(
-        kafka_bootstrap, Route("AW", "Directory", "LOCAL", service=BROKER_CONFIGURATION_SERVICE), routes
+        kafka_bootstrap, "i1", Route("AW", "Directory", "LOCAL", service=BROKER_CONFIGURATION_SERVICE), routes
     )
     outbound = topics.outbound_topic("i1", prefix)
     produce(kafka_bootstrap, outbound, [(c, message(c, "Remote")) for c in ("c1", "c2")])
@@ -352,7 +357,7 @@ def test_a_missing_route_is_asked_for_once_until_a_route_for_it_appears(
     assert b"<SERVICE_NAME>Remote</SERVICE_NAME>" in decode_message(notices[0][1])["body"]
 
     # The directory answers with a route (B6): the request ends, the conversations leave (B7, D3).
-    put_route(kafka_bootstrap, Route("AW", "RemoteRoute", "TCP://i2:4022", service="Remote"), routes)
+    put_route(kafka_bootstrap, "i1", Route("AW", "RemoteRoute", "TCP://i2:4022", service="Remote"), routes)
     from streaming.spark.job import run_until_drained
 
     assert run_until_drained(job, max_wait_s=60, progress=lambda _: None) == 0
@@ -384,3 +389,31 @@ def test_a_destination_the_broker_refuses_costs_only_its_own_messages(
     assert all("collides" in h["error"] for h, _ in dropped), [h["error"] for h, _ in dropped]
     sent = read_all(kafka_bootstrap, topics.inbound_topic("i2", prefix))
     assert [decode_message(v)["conversation_id"] for _, v in sent] == ["c2"]
+
+
+def test_each_instance_routes_what_arrives_by_its_own_msdb_table(spark, kafka_bootstrap, prefix, tmp_path):
+    """Routing tables are per instance: i1's msdb LOCAL route (the fixture's) is not i2's (S3, M7)."""
+    inbound = topics.inbound_topic("i2", prefix)
+    produce(kafka_bootstrap, inbound, [("p1", message("p1", "OrderParts", origin=None))])
+    replay(spark, kafka_bootstrap, prefix, tmp_path, instance="i2")
+    # i2's msdb table is empty: what arrives from outside matches no route and is dropped (M7).
+    dropped = read_all(kafka_bootstrap, topics.dropped_topic("i2", prefix))
+    assert [(h["outcome"], h["match_step"], h["reason"], h["scope"]) for h, _ in dropped] == [
+        ("dropped", "M7", "no_route", "msdb")
+    ]
+    queue = topics.queue_topic("i2", "Parts", "OrderParts", prefix)
+    assert read_all(kafka_bootstrap, queue) == []
+
+    put_route(kafka_bootstrap, "i2", Route("msdb", "AutoCreatedLocal", "LOCAL"), topics.routes_topic(prefix))
+    produce(kafka_bootstrap, inbound, [("p2", message("p2", "OrderParts", origin=None))])
+    replay(spark, kafka_bootstrap, prefix, tmp_path, instance="i2")
+    delivered = read_all(kafka_bootstrap, queue)
+    assert [(h["outcome"], h["database"], decode_message(v)["conversation_id"]) for h, v in delivered] == [
+        ("deliver", "Parts", "p2")
+    ]
+    # i1's tables did not change: a route is in one instance's tables only.
+    routes = read_routes(kafka_bootstrap, topics.routes_topic(prefix))
+    assert sorted(k for k in routes.table if "/msdb/" in k) == [
+        "i1/msdb/AutoCreatedLocal",
+        "i2/msdb/AutoCreatedLocal",
+    ]

@@ -61,13 +61,13 @@ def write_dirty_routes(bootstrap: str, topic: str) -> None:
     write(
         bootstrap,
         topic,
-        (b"AW/Local", route_value(LOCAL_ROUTE)),
-        (b"AW/ToParts", route_value(PARTS_ROUTE)),
-        (b"AW/Junk", GARBAGE),
+        (b"i1/AW/Local", route_value(LOCAL_ROUTE)),
+        (b"i1/AW/ToParts", route_value(PARTS_ROUTE)),
+        (b"i1/AW/Junk", GARBAGE),
         (None, route_value(Route("AW", "NoKey", "LOCAL"))),
-        (b"AW/BadAddress", route_value(Route("AW", "BadAddress", "not an address"))),
+        (b"i1/AW/BadAddress", route_value(Route("AW", "BadAddress", "not an address"))),
         (
-            b"AW/BadGuid",
+            b"i1/AW/BadGuid",
             route_value(Route("AW", "BadGuid", "TCP://h:4022", service="S", broker_instance="not-a-guid")),
         ),
         (b"\xff\xfe", route_value(Route("AW", "BadKey", "LOCAL"))),
@@ -106,7 +106,7 @@ def test_routes_list_shows_the_good_routes_and_counts_the_skipped_ones(
     with caplog.at_level(logging.WARNING):
         assert main(["routes", "list", *common]) == 0
     out = capsys.readouterr().out
-    names = [line.split()[1] for line in out.splitlines()[1:-1]]
+    names = [line.split()[2] for line in out.splitlines()[1:-1]]
     assert names == ["Local", "ToParts"]
     assert out.splitlines()[-1].startswith(f"{topic} version p0:7: 2 route(s), 0 expired at ")
     assert out.splitlines()[-1].endswith(
@@ -116,10 +116,10 @@ def test_routes_list_shows_the_good_routes_and_counts_the_skipped_ones(
     assert [w.split(":")[0] for w in warnings] == [
         f"skipped {topic}[0]@{offset} key {key!r}"
         for offset, key in [
-            (2, "AW/Junk"),
+            (2, "i1/AW/Junk"),
             (3, None),
-            (4, "AW/BadAddress"),
-            (5, "AW/BadGuid"),
+            (4, "i1/AW/BadAddress"),
+            (5, "i1/AW/BadGuid"),
             (6, b"\xff\xfe"),
         ]
     ]
@@ -165,21 +165,36 @@ def test_routes_load_publishes_on_a_topic_with_garbage(
     )
 
     assert (
-        main(["routes", "load", str(script), "--bootstrap", kafka_bootstrap, "--topic-prefix", prefix]) == 0
+        main(
+            [
+                "routes",
+                "load",
+                str(script),
+                "--instance",
+                "i1",
+                "--bootstrap",
+                kafka_bootstrap,
+                "--topic-prefix",
+                prefix,
+            ]
+        )
+        == 0
     )
     out = capsys.readouterr().out
-    assert "create  AW/Added" in out and "alter   AW/ToParts" in out and "create  AW/BadAddress" in out
+    assert (
+        "create  i1/AW/Added" in out and "alter   i1/AW/ToParts" in out and "create  i1/AW/BadAddress" in out
+    )
     assert f"published 3 route change(s) to {topic}" in out
 
     read = read_routes(kafka_bootstrap, topic)
-    assert sorted(read.table) == ["AW/Added", "AW/BadAddress", "AW/Local", "AW/ToParts"]
-    assert read.table["AW/ToParts"].address == "TCP://i4:4022"
-    assert read.table["AW/BadAddress"] == Route("AW", "BadAddress", "LOCAL")
+    assert sorted(read.table) == ["i1/AW/Added", "i1/AW/BadAddress", "i1/AW/Local", "i1/AW/ToParts"]
+    assert read.table["i1/AW/ToParts"].address == "TCP://i4:4022"
+    assert read.table["i1/AW/BadAddress"] == Route("AW", "BadAddress", "LOCAL")
     # A bad record stays skipped until its key is written again: BadAddress was, the others not.
     assert [(s.offset, s.key) for s in read.skipped] == [
-        (2, "AW/Junk"),
+        (2, "i1/AW/Junk"),
         (3, None),
-        (5, "AW/BadGuid"),
+        (5, "i1/AW/BadGuid"),
         (6, b"\xff\xfe"),
     ]
 
@@ -187,45 +202,57 @@ def test_routes_load_publishes_on_a_topic_with_garbage(
 # --- route scopes and the catalogs ---------------------------------------------------------------
 
 
-def test_a_route_whose_scope_no_catalog_has_is_skipped_and_refused_at_load(
+def test_a_route_outside_its_instances_catalog_is_skipped_and_refused_at_load(
     kafka_bootstrap: str,
     prefix: str,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Each instance has its own tables: a route's scope must be a database of its own instance."""
     topic = routes_topic(prefix)
     publish_catalogs(kafka_bootstrap, [I1, I2], catalogs_topic(prefix))
     ensure_topics(kafka_bootstrap, [topic], compacted=True)
     write(
         kafka_bootstrap,
         topic,
-        (
-            b"Parts/Local",
-            route_value(Route("Parts", "Local", "LOCAL")),
-        ),  # a database of i2: any instance counts
-        (b"Nowhere/Local", route_value(Route("Nowhere", "Local", "LOCAL"))),
+        (b"i2/Parts/Local", route_value(Route("Parts", "Local", "LOCAL"))),
+        (b"i1/Parts/Local", route_value(Route("Parts", "Local", "LOCAL"))),  # Parts is i2's, not i1's
+        (b"i3/AW/Local", route_value(Route("AW", "Local", "LOCAL"))),  # no catalog names i3
     )
     common = ["--bootstrap", kafka_bootstrap, "--topic-prefix", prefix]
 
     with caplog.at_level(logging.WARNING):
         assert main(["routes", "list", *common]) == 0
     out = capsys.readouterr().out
-    assert "Parts  Local" in out and "Nowhere" not in out.splitlines()[1]
-    assert "1 route(s)" in out and "1 record(s) skipped" in out
-    (warning,) = warnings_of(caplog)
-    assert warning.startswith(f"skipped {topic}[0]@1 key 'Nowhere/Local': route Nowhere/Local: field 'scope'")
-    assert "expected a database of an instance in the catalogs, got 'Nowhere'" in warning
+    assert out.splitlines()[1].split()[:3] == ["i2", "Parts", "Local"]
+    assert "1 route(s)" in out and "2 record(s) skipped" in out
+    first, second = warnings_of(caplog)
+    assert first.startswith(f"skipped {topic}[0]@1 key 'i1/Parts/Local': route Parts/Local: field 'scope'")
+    assert "expected a database of the route's instance in the catalogs (AW, msdb), got 'Parts'" in first
+    assert second.startswith(f"skipped {topic}[0]@2 key 'i3/AW/Local': route AW/Local of instance 'i3'")
+    assert "expected an instance of the catalogs (i1, i2)" in second
 
     create = tmp_path / "create.sql"
-    create.write_text("USE Nowhere\nCREATE ROUTE Other WITH ADDRESS = 'LOCAL'\n")
-    assert main(["routes", "load", str(create), *common]) == 2
-    assert "create.sql:2: route Nowhere/Other: field 'scope': expected a database" in capsys.readouterr().err
+    create.write_text("USE Parts\nCREATE ROUTE Other WITH ADDRESS = 'LOCAL'\n")
+    assert main(["routes", "load", str(create), "--instance", "i1", *common]) == 2
+    assert "create.sql:2: route Parts/Other: field 'scope': expected a database" in capsys.readouterr().err
+    assert main(["routes", "load", str(create), "--instance", "i3", *common]) == 2
+    assert (
+        "field 'instance': expected an instance of the catalogs (i1, i2), got 'i3'" in capsys.readouterr().err
+    )
+    assert main(["routes", "load", str(create), "--instance", "i2", *common]) == 0
     # Its routes can still be dropped, so a database that left the catalogs leaves nothing behind.
     drop = tmp_path / "drop.sql"
-    drop.write_text("USE Nowhere\nDROP ROUTE Local\n")
+    drop.write_text("-- instance: i1\nUSE Parts\nDROP ROUTE Local\n")
     assert main(["routes", "load", str(drop), *common]) == 0
-    assert read_routes(kafka_bootstrap, topic).skipped == ()
+    assert [
+        s.key for s in read_routes(kafka_bootstrap, topic, databases={"i1": {"AW"}, "i2": {"Parts"}}).skipped
+    ] == ["i3/AW/Local"]
+    assert sorted(read_routes(kafka_bootstrap, topic, instance="i2").table) == [
+        "i2/Parts/Local",
+        "i2/Parts/Other",
+    ]
 
 
 def test_use_databases_brings_back_the_routes_of_a_new_database(
@@ -235,24 +262,29 @@ def test_use_databases_brings_back_the_routes_of_a_new_database(
     ensure_topics(kafka_bootstrap, [topic], compacted=True)
     parts = Route("Parts", "Local", "LOCAL")
     write(
-        kafka_bootstrap, topic, (b"AW/Local", route_value(LOCAL_ROUTE)), (b"Parts/Local", route_value(parts))
+        kafka_bootstrap,
+        topic,
+        (b"i1/AW/Local", route_value(LOCAL_ROUTE)),
+        (b"i1/Parts/Local", route_value(parts)),
     )
 
-    with RouteTableReader(kafka_bootstrap, topic, databases={"AW"}) as reader:
+    with RouteTableReader(kafka_bootstrap, topic, databases={"i1": {"AW"}}) as reader:
         with caplog.at_level(logging.WARNING):
             assert reader.read_to_end() is True
         assert reader.routes == (LOCAL_ROUTE,)
-        assert [(s.offset, s.key) for s in reader.skipped] == [(1, "Parts/Local")]
+        assert [(s.offset, s.key) for s in reader.skipped] == [(1, "i1/Parts/Local")]
         assert len(warnings_of(caplog)) == 1
 
-        assert reader.use_databases({"AW", "Parts"}) is True
+        assert reader.use_databases({"i1": {"AW", "Parts"}}) is True
         assert reader.routes == (LOCAL_ROUTE, parts) and reader.skipped == ()
-        assert reader.use_databases({"Parts", "AW"}) is False
+        assert reader.use_databases({"i1": ["Parts", "AW"]}) is False
         caplog.clear()
         with caplog.at_level(logging.WARNING):
-            assert reader.use_databases({"AW"}) is True
+            assert reader.use_databases({"i1": {"AW"}}) is True
         assert reader.routes == (LOCAL_ROUTE,)
-        assert [w.split(":")[0] for w in warnings_of(caplog)] == [f"skipped {topic}[0]@1 key 'Parts/Local'"]
+        assert [w.split(":")[0] for w in warnings_of(caplog)] == [
+            f"skipped {topic}[0]@1 key 'i1/Parts/Local'"
+        ]
 
 
 # --- the incremental reader ----------------------------------------------------------------------
@@ -272,7 +304,7 @@ def test_the_incremental_reader_applies_changes_keeps_the_last_good_value_and_re
 ) -> None:
     topic = unique_topic("routes")
     ensure_topics(kafka_bootstrap, [topic], compacted=True)
-    write(kafka_bootstrap, topic, (b"AW/Local", route_value(LOCAL_ROUTE)))
+    write(kafka_bootstrap, topic, (b"i1/AW/Local", route_value(LOCAL_ROUTE)))
 
     with RouteTableReader(kafka_bootstrap, topic) as reader:
         assert (reader.routes, reader.version) == ((), MISSING_VERSION)  # nothing read yet
@@ -282,38 +314,40 @@ def test_the_incremental_reader_applies_changes_keeps_the_last_good_value_and_re
         assert reader.read_to_end() is False
 
         # A new good record: picked up by poll() alone.
-        write(kafka_bootstrap, topic, (b"AW/ToParts", route_value(PARTS_ROUTE)))
+        write(kafka_bootstrap, topic, (b"i1/AW/ToParts", route_value(PARTS_ROUTE)))
         poll_until_changed(reader)
         assert reader.routes == (LOCAL_ROUTE, PARTS_ROUTE) and reader.version == "p0:2"
 
         # A bad value for a key that has a good one: skipped, the good one stands.
         with caplog.at_level(logging.WARNING):
             write(
-                kafka_bootstrap, topic, (b"AW/ToParts", route_value(Route("AW", "ToParts", "not an address")))
+                kafka_bootstrap,
+                topic,
+                (b"i1/AW/ToParts", route_value(Route("AW", "ToParts", "not an address"))),
             )
             assert reader.read_to_end() is False
         assert reader.routes == (LOCAL_ROUTE, PARTS_ROUTE) and reader.version == "p0:3"
-        assert reader.table == {"AW/Local": LOCAL_ROUTE, "AW/ToParts": PARTS_ROUTE}
-        assert [(s.offset, s.key) for s in reader.skipped] == [(2, "AW/ToParts")]
-        assert [w.split(":")[0] for w in warnings_of(caplog)] == [f"skipped {topic}[0]@2 key 'AW/ToParts'"]
+        assert reader.table == {"i1/AW/Local": LOCAL_ROUTE, "i1/AW/ToParts": PARTS_ROUTE}
+        assert [(s.offset, s.key) for s in reader.skipped] == [(2, "i1/AW/ToParts")]
+        assert [w.split(":")[0] for w in warnings_of(caplog)] == [f"skipped {topic}[0]@2 key 'i1/AW/ToParts'"]
         once = read_routes(kafka_bootstrap, topic)  # a fresh reader comes to the same table
         assert (once.table, once.version, once.skipped) == (reader.table, reader.version, reader.skipped)
 
         # The same value again is no change; a new value for the key replaces the skipped record.
-        write(kafka_bootstrap, topic, (b"AW/Local", route_value(LOCAL_ROUTE)))
+        write(kafka_bootstrap, topic, (b"i1/AW/Local", route_value(LOCAL_ROUTE)))
         assert reader.read_to_end() is False
         moved = Route("AW", "ToParts", "TCP://i3.example:4022", service="OrderParts")
-        write(kafka_bootstrap, topic, (b"AW/ToParts", route_value(moved)))
+        write(kafka_bootstrap, topic, (b"i1/AW/ToParts", route_value(moved)))
         assert reader.read_to_end() is True
         assert reader.routes == (LOCAL_ROUTE, moved) and reader.skipped == ()
 
         # A tombstone deletes; one after a bad record clears the record too.
-        write(kafka_bootstrap, topic, (b"AW/Local", None))
+        write(kafka_bootstrap, topic, (b"i1/AW/Local", None))
         poll_until_changed(reader)
         assert reader.routes == (moved,) and reader.version == "p0:6"
-        write(kafka_bootstrap, topic, (b"AW/Junk", GARBAGE))
+        write(kafka_bootstrap, topic, (b"i1/AW/Junk", GARBAGE))
         assert reader.read_to_end() is False and len(reader.skipped) == 1
-        write(kafka_bootstrap, topic, (b"AW/Junk", None))
+        write(kafka_bootstrap, topic, (b"i1/AW/Junk", None))
         assert reader.read_to_end() is False and reader.skipped == ()
         assert reader.poll() is False and reader.version == "p0:8"
 
@@ -325,7 +359,7 @@ def test_a_reader_of_a_topic_created_later_reads_it_once_it_exists(
     with RouteTableReader(kafka_bootstrap, topic) as reader:
         assert reader.read_to_end() is False and reader.version == MISSING_VERSION
         ensure_topics(kafka_bootstrap, [topic], compacted=True)
-        write(kafka_bootstrap, topic, (b"AW/Local", route_value(LOCAL_ROUTE)))
+        write(kafka_bootstrap, topic, (b"i1/AW/Local", route_value(LOCAL_ROUTE)))
         assert reader.poll() is True  # the first poll after a read that found no topic looks again
         assert reader.routes == (LOCAL_ROUTE,) and reader.version == "p0:1"
 

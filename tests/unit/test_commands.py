@@ -82,7 +82,7 @@ def test_routes_load_dry_run_validates_without_a_broker(capsys: pytest.CaptureFi
     args = parse(["routes", "load", "--dry-run", str(REPO / "routes/demo/routes.sql")])
     assert args.func(args) == 0
     out = capsys.readouterr().out
-    assert "create  AW/OrderPartsRoute" in out
+    assert "create  i1/AW/OrderPartsRoute" in out
     assert "checked 3 route operation(s) in 1 file(s); published nothing" in out
 
 
@@ -105,10 +105,21 @@ def test_catalogs_load_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
 def test_route_rows_mark_expired_routes() -> None:
     live = Route(scope="AW", name="r", address="LOCAL")
     old = Route(scope="AW", name="o", service="S", address="TCP://h:1", expires_at=NOW - timedelta(seconds=1))
-    assert routes.route_row(live, NOW) == ("AW", "r", "*", "*", "LOCAL", "-", "never")
-    assert routes.route_row(old, NOW)[-1] == "2025-12-31T23:59:59Z EXPIRED"
-    assert routes.route_json(old, NOW)["expired"] is True
-    assert routes.route_json(old, NOW - timedelta(days=1))["expired"] is False
+    assert routes.route_row("i1", live, NOW) == ("i1", "AW", "r", "*", "*", "LOCAL", "-", "never")
+    assert routes.route_row("i1", old, NOW)[-1] == "2025-12-31T23:59:59Z EXPIRED"
+    assert routes.route_json("i1", old, NOW)["expired"] is True
+    assert routes.route_json("i2", old, NOW - timedelta(days=1)) | {"expired": None} == {
+        "instance": "i2",
+        "scope": "AW",
+        "name": "o",
+        "service": "S",
+        "broker_instance": None,
+        "address": "TCP://h:1",
+        "mirror_address": None,
+        "expires_at": "2025-12-31T23:59:59Z",
+        "expired": None,
+    }
+    assert routes.route_json("i1", old, NOW - timedelta(days=1))["expired"] is False
 
 
 def test_catalog_description_lists_databases() -> None:

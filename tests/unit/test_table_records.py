@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from streaming.errors import ConfigError, MalformedRecord
 from streaming.kafka.avro import catalog_to_record, encode_catalog, encode_route, route_to_record
 from streaming.rules.model import Database, Instance, MirrorRole, Route
-from streaming.tables.records import CatalogRecords, MirrorRecords, RouteRecords
+from streaming.tables.records import CatalogRecords, MirrorRecords, OtherTable, RouteRecords
 from streaming.tables.validate import RECORD, validate_stored_route
 from streaming.tables.yaml_files import parse_route_yaml
 
@@ -40,13 +40,15 @@ def refusal(call: object, *args: object) -> str:
 
 def test_a_good_route_reads_back_as_the_loaders_would_write_it() -> None:
     stored = Route("AW", "r", "local", service="S", broker_instance=GUID.upper())
-    assert RouteRecords().row_value("AW/r", route_value(stored)) == Route(
+    assert RouteRecords().row_value("i1/AW/r", route_value(stored)) == Route(
         "AW", "r", "LOCAL", service="S", broker_instance=GUID
     )
 
 
 def test_bytes_that_are_no_route_are_malformed() -> None:
-    assert "route record: expected Avro router.v1.Route" in refusal(RouteRecords().row_value, "AW/x", GARBAGE)
+    assert "route record: expected Avro router.v1.Route" in refusal(
+        RouteRecords().row_value, "i1/AW/x", GARBAGE
+    )
 
 
 @pytest.mark.parametrize(
@@ -72,22 +74,39 @@ def test_bytes_that_are_no_route_are_malformed() -> None:
     ],
 )
 def test_a_route_the_loaders_refuse_is_refused(route: Route, expected: str) -> None:
-    key = f"{route.scope}/{route.name}"
+    key = f"i1/{route.scope}/{route.name}"
     message = refusal(RouteRecords().row_value, key, route_value(route))
     assert expected in message
     assert message.startswith("route ")  # no file to name: the reader adds topic, partition and offset
 
 
-def test_a_route_key_must_be_its_scope_and_name() -> None:
-    assert "field 'key': expected a routes-topic key 'scope/name', got 'AWr'" in refusal(
+def test_a_route_key_must_be_its_instance_scope_and_name() -> None:
+    assert "field 'key': expected a routes-topic key 'instance/scope/name', got 'AWr'" in refusal(
         RouteRecords().row_key, "AWr"
     )
-    message = refusal(RouteRecords().row_value, "AW/other", route_value(Route("AW", "r", "LOCAL")))
-    assert "expected the record's key to be 'AW/r' (its scope/name), got 'AW/other'" in message
+    message = refusal(RouteRecords().row_value, "i1/AW/other", route_value(Route("AW", "r", "LOCAL")))
+    assert "expected the record's key to be 'i1/AW/r' (instance/scope/name), got 'i1/AW/other'" in message
     # A scope with '/' cannot be told apart from the name in a key.
     assert "without '/'" in refusal(
-        RouteRecords().row_value, "A/B/r", route_value(Route("A/B", "r", "LOCAL"))
+        RouteRecords().row_value, "i1/A/B/r", route_value(Route("A/B", "r", "LOCAL"))
     )
+
+
+def test_a_key_from_before_instances_had_their_own_tables_is_refused_with_the_command_that_moves_it() -> None:
+    message = refusal(RouteRecords().row_key, "AW/r")
+    assert "written before each instance had its own routing tables" in message
+    assert "router routes migrate --instance NAME" in message
+    # A name with '/' makes an old key look like a new one: the value's scope/name tells them apart.
+    old = route_value(Route("AW", "r/x", "LOCAL"))
+    assert "router routes migrate --instance NAME" in refusal(RouteRecords().row_value, "AW/r/x", old)
+
+
+def test_an_instances_reader_takes_only_its_own_routes() -> None:
+    mine = RouteRecords("i1")
+    assert mine.row_key("i1/msdb/r") == "i1/msdb/r"
+    with pytest.raises(OtherTable):
+        mine.row_key("i2/msdb/r")
+    assert RouteRecords().row_key("i2/msdb/r") == "i2/msdb/r"
 
 
 ADDRESSES = [

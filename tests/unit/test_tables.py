@@ -38,7 +38,7 @@ def routes_yaml(text: str, default_scope: str | None = None) -> list[Route]:
 
 
 def sql(text: str, default_scope: str | None = None) -> list[RouteOperation]:
-    return parse_route_script(text, "t.sql", now=NOW, default_scope=default_scope)
+    return parse_route_script(text, "t.sql", now=NOW, default_scope=default_scope, default_instance="i1")
 
 
 def error_of(call: Callable[..., object], *args: object, **kwargs: object) -> str:
@@ -193,7 +193,13 @@ BAD_ROUTE_YAML = [
     ),
     ("- {scope: AW, name: r, address: LOCAL, expires_at: tomorrow}", 1, "AW/r", "expires_at", "UTC instant"),
     ("- {op: upsert, scope: AW, name: r, address: LOCAL}", 1, "AW/r", "op", "create, alter or drop"),
-    ("- {op: drop, scope: AW, name: r, address: LOCAL}", 1, "AW/r", "address", "only scope and name"),
+    (
+        "- {op: drop, scope: AW, name: r, address: LOCAL}",
+        1,
+        "AW/r",
+        "address",
+        "only instance, scope and name",
+    ),
     ("- {op: alter, scope: AW, name: r, service: null}", 1, "AW/r", "service", "R7"),
     ("- {scope: AW, name: r, address: null}", 1, "AW/r", "address", "null"),
     (f"- {{scope: AW, name: '{'n' * 129}', address: LOCAL}}", 1, f"AW/{'n' * 129}", "name", "at most 128"),
@@ -473,18 +479,26 @@ def test_tsql_and_yaml_agree_on_the_demo_table() -> None:
     sql_routes = {op.key: op.route for op in from_sql}
     yaml_routes = {op.key: op.route for op in from_yaml}
     assert sql_routes == {key: yaml_routes[key] for key in sql_routes}
-    assert set(sql_routes) == {"AW/AutoCreatedLocal", "AW/OrderPartsRoute", "msdb/AutoCreatedLocal"}
+    assert set(sql_routes) == {"i1/AW/AutoCreatedLocal", "i1/AW/OrderPartsRoute", "i1/msdb/AutoCreatedLocal"}
+    assert {op.key for op in from_yaml} - set(sql_routes) == {
+        "i2/Parts/AutoCreatedLocal",
+        "i2/Parts/InitiatorRoute",
+        "i2/msdb/AutoCreatedLocal",
+    }
 
 
 @pytest.mark.parametrize(
     "path", sorted((REPO / "routes").rglob("*.sql")) + sorted((REPO / "routes").rglob("routes*.yaml"))
 )
 def test_shipped_route_files_load(path: Path) -> None:
-    assert load_route_files([path], now=NOW)
+    """The spec's example scripts name no instance: they load into the one --instance names."""
+    assert load_route_files([path], now=NOW, instance=None if "demo" in path.parts else "i1")
 
 
 def test_examples_hold_the_spec_tables() -> None:
-    ex2 = load_route_files([REPO / "routes/examples/example2-network-route-to-one-service.sql"], now=NOW)
+    ex2 = load_route_files(
+        [REPO / "routes/examples/example2-network-route-to-one-service.sql"], now=NOW, instance="i1"
+    )
     assert [(op.scope, op.name) for op in ex2] == [
         ("AW", "AutoCreatedLocal"),
         ("AW", "OrderPartsRoute"),
@@ -492,7 +506,9 @@ def test_examples_hold_the_spec_tables() -> None:
     ]
     ex5 = {
         op.name: op.route
-        for op in load_route_files([REPO / "routes/examples/example5-load-balancing.sql"], now=NOW)
+        for op in load_route_files(
+            [REPO / "routes/examples/example5-load-balancing.sql"], now=NOW, instance="i1"
+        )
     }
     assert ex5["BalancedRouteTwo"] == Route(
         scope="AW",
@@ -509,7 +525,7 @@ def test_examples_hold_the_spec_tables() -> None:
 def test_duplicate_route_across_files_is_refused(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text("- {scope: AW, name: r, address: LOCAL}\n")
     (tmp_path / "b.sql").write_text("USE AW\n\nCREATE ROUTE r WITH ADDRESS = 'LOCAL'\n")
-    message = error_of(load_route_files, [tmp_path / "a.yaml", tmp_path / "b.sql"], now=NOW)
+    message = error_of(load_route_files, [tmp_path / "a.yaml", tmp_path / "b.sql"], now=NOW, instance="i1")
     assert (
         message == f"{tmp_path / 'b.sql'}:3: route AW/r: field 'name': "
         f"duplicate route: already created at {tmp_path / 'a.yaml'}:1"
@@ -535,7 +551,7 @@ def test_unknown_route_file_kind(tmp_path: Path) -> None:
 
 
 def _table(*routes: Route) -> dict[str, Route]:
-    return {route_key(r.scope, r.name): r for r in routes}
+    return {route_key("i1", r.scope, r.name): r for r in routes}
 
 
 def test_plan_alter_changes_only_named_fields() -> None:
@@ -576,7 +592,11 @@ def test_plan_create_replaces_and_drop_tombstones() -> None:
             "CREATE ROUTE s WITH ADDRESS = 'LOCAL' DROP ROUTE r"
         ),
     )
-    assert [(c.action, c.key) for c in changes] == [("replace", "AW/r"), ("create", "AW/s"), ("drop", "AW/r")]
+    assert [(c.action, c.key) for c in changes] == [
+        ("replace", "i1/AW/r"),
+        ("create", "i1/AW/s"),
+        ("drop", "i1/AW/r"),
+    ]
     assert changes[-1].route is None
     assert apply_changes(current, changes) == _table(Route(scope="AW", name="s", address="LOCAL"))
 
@@ -614,10 +634,42 @@ def test_plan_ddl_alter_adding_a_mirror_needs_service_and_broker() -> None:
 
 
 def test_route_keys() -> None:
-    assert route_key("AW", "a/b") == "AW/a/b"
-    assert split_route_key("AW/a/b") == ("AW", "a/b")
-    with pytest.raises(ValueError, match="scope/name"):
-        split_route_key("nokey")
+    assert route_key("i1", "AW", "a/b") == "i1/AW/a/b"
+    assert split_route_key("i1/AW/a/b") == ("i1", "AW", "a/b")
+    for old_or_bad in ("nokey", "AW/r", "i1//r", "/AW/r"):
+        with pytest.raises(ValueError, match="instance/scope/name"):
+            split_route_key(old_or_bad)
+
+
+def test_each_route_is_in_the_instance_its_file_or_the_flag_names(tmp_path: Path) -> None:
+    """Each instance has its own tables: a YAML entry's, a YAML file's or a script header's instance."""
+    (tmp_path / "two.yaml").write_text(
+        "- {instance: i1, scope: msdb, name: r, address: LOCAL}\n"
+        "- {instance: i2, scope: msdb, name: r, address: TRANSPORT}\n"
+    )
+    (tmp_path / "file.yaml").write_text("instance: i3\nroutes:\n  - {scope: msdb, name: r, address: LOCAL}\n")
+    (tmp_path / "header.sql").write_text(
+        "-- i4's msdb\n-- instance: i4\nUSE msdb\nCREATE ROUTE r WITH ADDRESS = 'LOCAL'\n"
+    )
+    ops = load_route_files([tmp_path / "two.yaml", tmp_path / "file.yaml", tmp_path / "header.sql"], now=NOW)
+    assert [op.key for op in ops] == ["i1/msdb/r", "i2/msdb/r", "i3/msdb/r", "i4/msdb/r"]
+    assert [c.route.address for c in plan_route_changes({}, ops) if c.route] == [
+        "LOCAL",
+        "TRANSPORT",
+        "LOCAL",
+        "LOCAL",
+    ]
+
+    (tmp_path / "none.sql").write_text("USE msdb\nCREATE ROUTE r WITH ADDRESS = 'LOCAL'\n")
+    assert [op.key for op in load_route_files([tmp_path / "none.sql"], now=NOW, instance="i9")] == [
+        "i9/msdb/r"
+    ]
+    message = error_of(load_route_files, [tmp_path / "none.sql"], now=NOW)
+    assert "names no instance" in message and "--instance" in message
+    message = error_of(load_route_files, [tmp_path / "header.sql"], now=NOW, instance="i1")
+    assert "the file puts it in instance 'i4', --instance says 'i1'" in message
+    (tmp_path / "slash.yaml").write_text("- {instance: a/b, scope: msdb, name: r, address: LOCAL}\n")
+    assert "without '/'" in error_of(load_route_files, [tmp_path / "slash.yaml"], now=NOW)
 
 
 @pytest.mark.parametrize(
