@@ -43,6 +43,7 @@ from streaming.rules.model import (
     MISSING_ROUTE_MESSAGE_TYPE,
     REMOTE,
     Decision,
+    Endpoint,
     Instance,
     Message,
     MirrorRole,
@@ -468,7 +469,7 @@ class _Timeline:
         }
         self.mirrors: dict[str, MirrorRole] = dict(scenario.mirrors)
         self.pins: dict[str, str] = {}
-        self.memory: dict[str, Conversation[Message]] = {}
+        self.memory: dict[Endpoint, Conversation[Message]] = {}
         self.requests = Requests()
         self.first_delayed: dict[str, int] = {}
         self.used_ids = set(scenario.message_ids())
@@ -525,12 +526,12 @@ class _Timeline:
     def retry_due(self) -> None:
         """D2: re-route, once and in first-delayed order, every waiting conversation now due.
 
-        A conversation is delayed as a whole (D1): it is due when its first waiting message is,
-        and then all its waiting messages are re-routed in their original order in one batch.
+        A conversation endpoint is delayed as a whole (D1): it is due when its first waiting message
+        is, and then all its waiting messages are re-routed in their original order in one batch.
         """
         retried: list[Held[Message]] = []
-        for conversation, memory in list(self.memory.items()):
-            self.memory[conversation], released = memory.release_due(self.now_ms, self.retry_ms)
+        for endpoint, memory in list(self.memory.items()):
+            self.memory[endpoint], released = memory.release_due(self.now_ms, self.retry_ms)
             retried.extend(released)
         self.route_batch([h.message for h in sorted(retried, key=lambda h: h.order)])
 
@@ -545,10 +546,10 @@ class _Timeline:
             now=self.clock,
             mirrors=dict(self.mirrors),
             pending_requests=self.requests.pending,
-            waiting_conversations=frozenset(c for c, m in self.memory.items() if m.held),
+            waiting_endpoints=frozenset(e for e, m in self.memory.items() if m.held),
             choices={
                 (conversation, *entry): kept.identity
-                for conversation, memory in self.memory.items()
+                for (conversation, _), memory in self.memory.items()
                 for entry, kept in memory.kept.items()
             },
         )
@@ -560,14 +561,14 @@ class _Timeline:
             self.decisions.append(replace(decision, at=self.clock))
             if decision.outcome is Outcome.DELAYED:
                 order = self.first_delayed.setdefault(message.id, len(self.first_delayed))
-                memory = self.memory.get(message.conversation_id, Conversation())
+                memory = self.memory.get(message.endpoint, Conversation())
                 entry = (message.origin, message.service)
-                self.memory[message.conversation_id] = memory.hold(
-                    message, message.id, order, self.now_ms, entry
-                )
+                self.memory[message.endpoint] = memory.hold(message, message.id, order, self.now_ms, entry)
         for (conversation, origin, service), identity in result.choices.items():
-            memory = self.memory.get(conversation, Conversation())
-            self.memory[conversation] = memory.remember((origin, service), identity, self.now_ms)
+            # K2: only an initiator's messages remember a choice (`Message.remembers_choice`).
+            initiator: Endpoint = (conversation, False)
+            memory = self.memory.get(initiator, Conversation())
+            self.memory[initiator] = memory.remember((origin, service), identity, self.now_ms)
         for request in result.requests:
             self.requests = self.requests.record(request, True, self.now_ms)
         self.route_batch([self.missing_route_request(scope) for scope, _ in result.requests])

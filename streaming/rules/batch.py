@@ -3,9 +3,9 @@
 A batch is the unit of work of the reference engine, of the Spark engine and of one micro-batch of
 the streaming job. Messages in a batch are decided in order, as if one at a time:
 
-* a message whose conversation already has a message waiting (in `waiting_conversations`, or
-  delayed earlier in the same batch) is delayed behind it (D1, B7: a conversation, not a message,
-  is delayed), so each conversation keeps its order;
+* a message whose conversation endpoint (its side of the conversation) already has a message
+  waiting (in `waiting_endpoints`, or delayed earlier in the same batch) is delayed behind it (D1,
+  B7: a conversation, not a message, is delayed), so each endpoint keeps its order;
 * the first message of the batch that reaches M4 for (scope, service) with no request pending
   creates the request; later ones in the batch see it pending (B4) and go on with M5;
 * a message that `remembers_choice` keeps the route its conversation chose before (K2): the
@@ -23,7 +23,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from streaming.rules.model import ChoiceKey, Decision, Instance, Message, MirrorRole, Route, RouteIdentity
+from streaming.rules.model import (
+    ChoiceKey,
+    Decision,
+    Endpoint,
+    Instance,
+    Message,
+    MirrorRole,
+    Route,
+    RouteIdentity,
+)
 
 
 @dataclass(frozen=True)
@@ -39,8 +48,8 @@ class RoutingBatch:
     """Mirror partner roles keyed by `normalize_address` (MI2, MI3)."""
     pending_requests: frozenset[tuple[str, str]] = frozenset()
     """(scope, service) pairs with a MissingRoute request outstanding (B4)."""
-    waiting_conversations: frozenset[str] = frozenset()
-    """Conversations that have a delayed message waiting (D1)."""
+    waiting_endpoints: frozenset[Endpoint] = frozenset()
+    """Conversation endpoints (`Message.endpoint`) that have a delayed message waiting (D1)."""
     choices: Mapping[ChoiceKey, RouteIdentity] = field(default_factory=dict)
     """The route identity each unpinned conversation chose before (K2), by `Message.choice_key`."""
 

@@ -51,9 +51,11 @@ class ReferenceEngine:
     def decide(self, batch: RoutingBatch) -> BatchResult:
         """Decide every message of `batch` with the in-batch semantics of `streaming.rules.batch`.
 
-        * D1, B7: a locally originated message whose conversation already has a message waiting
-          (from an earlier batch, or delayed earlier in this one) is delayed behind it, so the
-          conversation keeps its order. Incoming messages are never held (D5), so they never wait.
+        * D1, B7: a locally originated message whose conversation endpoint (its side of the
+          conversation) already has a message waiting (from an earlier batch, or delayed earlier in
+          this one) is delayed behind it, so the endpoint keeps its order; the other side of the
+          conversation does not wait for it. Incoming messages are never held (D5), so they never
+          wait.
         * B4: the first message that reaches M4 for (scope, service) creates the request; later
           messages of the batch see it pending and go on at M5.
         * K2: a message that `remembers_choice` keeps the route its conversation chose before
@@ -61,13 +63,13 @@ class ReferenceEngine:
         """
         snapshot = RouteSnapshot.of(batch)
         pending = set(batch.pending_requests)
-        waiting = set(batch.waiting_conversations)
+        waiting = set(batch.waiting_endpoints)
         memory = dict(batch.choices)
         decisions: list[Decision] = []
         requests: list[tuple[str, str]] = []
         choices: dict[ChoiceKey, RouteIdentity] = {}
         for message in batch.messages:
-            if not message.is_remote and message.conversation_id in waiting:
+            if not message.is_remote and message.endpoint in waiting:
                 decision = delayed_behind_conversation(message, snapshot)
             else:
                 decision = decide_message(message, snapshot, pending, memory.get(message.choice_key))
@@ -75,7 +77,7 @@ class ReferenceEngine:
                 pending.add((decision.scope, decision.requests))
                 requests.append((decision.scope, decision.requests))
             if decision.outcome is Outcome.DELAYED:
-                waiting.add(message.conversation_id)
+                waiting.add(message.endpoint)
             if decision.remembered is not None:
                 memory[message.choice_key] = choices[message.choice_key] = decision.remembered
             decisions.append(decision)

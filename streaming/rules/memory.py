@@ -9,8 +9,9 @@ catalog. Three rules look back further, and this module is their one description
   chose is remembered per conversation and *entry* (origin database, target service); a later
   message of the entry is given that choice, which it keeps while it is still a candidate. A
   choice is remembered `keep` after it was made; a conversation still unpinned then chooses again.
-* D1, D2: a conversation, not a message, is delayed. Its delayed messages are held, in the order
-  they were delayed; while any is held, the conversation's new messages are told so and wait
+* D1, D2: a conversation, not a message, is delayed: one endpoint of it, the side that sent (a
+  conversation has two endpoints, and each keeps its own order). Its delayed messages are held, in
+  the order they were delayed; while any is held, the endpoint's new messages are told so and wait
   behind them. When the first held message is `retry` old, all of them leave together, in order,
   ahead of the conversation's new messages, and are routed again against the routes of that moment.
   A message is held once: a second copy of a held message (the same message id, written to the
@@ -96,7 +97,7 @@ class Step(Generic[M]):
 
 @dataclass(frozen=True)
 class Conversation(Generic[M]):
-    """What the router remembers of one conversation (K2, D1)."""
+    """What the router remembers of one conversation endpoint (`Message.endpoint`; K2, D1)."""
 
     kept: Mapping[Entry, Kept] = field(default_factory=dict)
     held: tuple[Held[M], ...] = ()

@@ -136,6 +136,13 @@ class Instance:
 ChoiceKey = tuple[str, str, str]
 """K2: (conversation id, origin database, target service), one sending endpoint's direction."""
 
+Endpoint = tuple[str, bool]
+"""A conversation endpoint: (conversation id, from_target), the initiator's side or the target's.
+
+A conversation has two endpoints and each keeps its own order (D1): the target's reply does not
+wait behind the initiator's delayed message, nor the other way round, when both live in one
+instance."""
+
 
 @dataclass(frozen=True)
 class Message:
@@ -165,6 +172,11 @@ class Message:
         pinned, A2): replies carry the initiator's broker instance, and a forwarder stores nothing.
         """
         return not self.is_remote and not self.from_target and self.broker_instance is None
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """The conversation endpoint that sent the message (D1 delays it, not the whole conversation)."""
+        return (self.conversation_id, self.from_target)
 
     @property
     def choice_key(self) -> ChoiceKey:

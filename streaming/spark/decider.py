@@ -115,9 +115,9 @@ class SparkDecider:
                 for scope, service in batch.pending_requests
             ),
             waiting=frozenset(
-                (key, conversation)
+                (key, conversation, from_target)
                 for key, batch in zip(keys, batches, strict=True)
-                for conversation in batch.waiting_conversations
+                for conversation, from_target in batch.waiting_endpoints
             ),
         )
         kept = [
@@ -130,10 +130,11 @@ class SparkDecider:
         if snapshot.has_bcn:
             decided = decide(messages, snapshot, context)
         else:
-            # Each conversation's rows together in batch order, as the state processor lets them
-            # leave in the job (sorted after the decision: Spark drops a sort below a join).
+            # Each conversation endpoint's rows together in batch order, as the state processor lets
+            # them leave in the job (sorted after the decision: Spark drops a sort below a join).
             each = decide_each(messages, snapshot, context)
-            ordered = each.repartition(1).sortWithinPartitions("instance", "conversation_id", "pos")
+            endpoint = ("instance", "conversation_id", "from_target")
+            ordered = each.repartition(1).sortWithinPartitions(*endpoint, "pos")
             decided = apply_behind(mark_in_batch_order(ordered)).drop(BEHIND)
         result = decided.orderBy("pos").collect()
         by_key: dict[str, list[Row]] = {key: [] for key in keys}

@@ -263,7 +263,8 @@ class BatchContext:
     pending: DataFrame
     """p_instance, p_scope, p_service: MissingRoute requests outstanding (B4)."""
     waiting: DataFrame
-    """w_instance, w_conversation_id: conversations with a delayed message waiting (D1)."""
+    """w_instance, w_conversation_id, w_from_target: conversation endpoints with a delayed message
+    waiting (D1)."""
     has_pending: bool
     has_waiting: bool
 
@@ -271,15 +272,17 @@ class BatchContext:
 def batch_context(
     spark: SparkSession,
     pending: frozenset[tuple[str, str, str]] = frozenset(),
-    waiting: frozenset[tuple[str, str]] = frozenset(),
+    waiting: frozenset[tuple[str, str, bool]] = frozenset(),
 ) -> BatchContext:
     """Return the per-batch inputs as small DataFrames.
 
-    `pending` holds (instance, scope, service) and `waiting` (instance, conversation id).
+    `pending` holds (instance, scope, service) and `waiting` (instance, conversation id, from_target).
     """
     return BatchContext(
         pending=local_frame(spark, sorted(pending), "p_instance string, p_scope string, p_service string"),
-        waiting=local_frame(spark, sorted(waiting), "w_instance string, w_conversation_id string"),
+        waiting=local_frame(
+            spark, sorted(waiting), "w_instance string, w_conversation_id string, w_from_target boolean"
+        ),
         has_pending=bool(pending),
         has_waiting=bool(waiting),
     )
@@ -915,12 +918,14 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
         waiting = ctx.waiting.withColumn("_waiting", F.lit(True))
         m = m.join(
             F.broadcast(waiting),
-            (m["instance"] == waiting["w_instance"]) & (m["conversation_id"] == waiting["w_conversation_id"]),
+            (m["instance"] == waiting["w_instance"])
+            & (m["conversation_id"] == waiting["w_conversation_id"])
+            & (m["from_target"] == waiting["w_from_target"]),
             "left",
         )
         # D5: only locally originated conversations are delayed; incoming messages never wait.
         m = m.withColumn("_waiting", F.coalesce(F.col("_waiting"), F.lit(False)) & ~remote).drop(
-            "w_instance", "w_conversation_id"
+            "w_instance", "w_conversation_id", "w_from_target"
         )
     else:
         m = m.withColumn("_waiting", F.lit(False))
@@ -1055,10 +1060,10 @@ def _decide_rows(messages: DataFrame, t: Snapshot, ctx: BatchContext) -> DataFra
 
 
 def _mark_behind(decided: DataFrame) -> DataFrame:
-    """D1 by window: `BEHIND` where an earlier local message of the conversation is delayed."""
+    """D1 by window: `BEHIND` where an earlier local message of the conversation endpoint is delayed."""
     local = F.col("origin") != F.lit(REMOTE)
     earlier = (
-        Window.partitionBy("instance", "conversation_id")
+        Window.partitionBy("instance", "conversation_id", "from_target")
         .orderBy("pos")
         .rowsBetween(Window.unboundedPreceding, -1)
     )

@@ -3,7 +3,9 @@
 K2 (kept choices) and D1-D2 (delayed conversations) need to know what earlier micro-batches
 decided. Inside the streaming query, before `foreachBatch`, the JVM processor
 `router.state.RouterState` (jvm/state, compiled by `make setup`) runs as Spark's
-`flatMapGroupsWithState` keyed by (instance, conversation); its state is in Spark's state store
+`flatMapGroupsWithState` keyed by (instance, conversation endpoint: the conversation and the side
+that sends, initiator or target, so that each side keeps its own order, D1); its state is in Spark's
+state store
 (RocksDB), saved with the query's checkpoint, so a restart resumes it. The rules it follows are
 those of `streaming.rules.memory` (tested against them). No message passes through Python, and the
 processor sees a message's few decision columns and its bytes, not a decoded payload.
@@ -57,10 +59,16 @@ def _null(dtype: DataType) -> Column:
     return F.lit(None).cast(dtype)
 
 
+def _endpoint_key(instance: Column, conversation: Column, from_target: Column) -> Column:
+    """Instance, conversation and side (`i` initiator, `t` target): one conversation endpoint."""
+    side = F.when(from_target, F.lit("t")).otherwise(F.lit("i"))
+    return F.concat_ws("\u0000", instance, conversation, side)
+
+
 def _group_key(valid: Column) -> Column:
-    """The state key: instance and conversation; a malformed record has a key of its own, no state."""
-    conversation = F.concat_ws("\u0000", F.col("instance"), F.col("conversation_id"))
-    return F.when(valid, conversation).otherwise(F.concat(F.lit("\u0002"), F.col("pos").cast("string")))
+    """The state key: instance and conversation endpoint; a malformed record: a key of its own, no state."""
+    endpoint = _endpoint_key(F.col("instance"), F.col("conversation_id"), F.col("from_target"))
+    return F.when(valid, endpoint).otherwise(F.concat(F.lit("\u0002"), F.col("pos").cast("string")))
 
 
 def _state_columns(
@@ -105,8 +113,9 @@ def as_choices(records: DataFrame, messages: DataFrame) -> DataFrame:
     given["pos"] = F.col("offset")
     identity = tuple(F.col(f"v.{f}") for f in _IDENTITY_FIELDS)
     like_messages = [given.get(f.name, _null(f.dataType)).alias(f.name) for f in messages.schema.fields]
-    conversation = F.concat_ws("\u0000", F.col("v.instance"), F.col("v.conversation_id"))
-    state = {KEY_COLUMN: conversation, **_state_columns(CHOICE, identity, F.col("at"))}
+    # K2: only an initiator's messages keep a choice (`Message.remembers_choice`): its side's state.
+    initiator = _endpoint_key(F.col("v.instance"), F.col("v.conversation_id"), F.lit(False))
+    state = {KEY_COLUMN: initiator, **_state_columns(CHOICE, identity, F.col("at"))}
     return parsed.select(*like_messages, *[c.alias(n) for n, c in state.items()])
 
 

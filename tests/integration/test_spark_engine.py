@@ -126,7 +126,7 @@ def _message(n: int, code: int, origins: Sequence[str], conversations: Sequence[
         service=f.of(SERVICES[:6]),
         origin=origin,
         broker_instance=f.of((None, *GUIDS)),
-        from_target=from_target if origin == REMOTE else False,
+        from_target=from_target,  # a local target service's reply too: each side keeps its own order (D1)
         hops_remaining=f.of((16, 1, 0)),
         time_to_live_s=f.of((None, None, -1.0, 30.0)),
         size_bytes=f.of((10, 2_000_000)),
@@ -174,12 +174,12 @@ def cases(draw: st.DrawFn) -> RoutingBatch:
     messages = tuple(_message(n, draw(st.integers(0, 2**22)), origins, conversations) for n in range(count))
     f = Fields(draw(st.integers(0, 2**16)))
     pending = frozenset((f.of(scopes), f.of(SERVICES[:4])) for _ in range(f.of((0, 1, 2))))
-    waiting = frozenset(f.of(conversations) for _ in range(f.of((0, 1, 2, 3))))
+    waiting = frozenset((f.of(conversations), f.of((False, True))) for _ in range(f.of((0, 1, 2, 3))))
     # K2: remembered choices for some messages' keys, each the identity of a route of the message's
     # table that could match it, or of a route that is gone.
     f = Fields(draw(st.integers(0, 2**24)))
     choices = {}
-    firsts = {m.conversation_id: m for m in reversed(messages) if m.conversation_id not in waiting}
+    firsts = {m.conversation_id: m for m in reversed(messages) if m.endpoint not in waiting}
     keeping = [m for m in firsts.values() if m.remembers_choice] or list(messages)
     for _ in range(f.of((0, 1, 2, 4))):
         m = f.of(keeping)
@@ -192,7 +192,7 @@ def cases(draw: st.DrawFn) -> RoutingBatch:
         now=NOW,
         mirrors=mirrors,
         pending_requests=pending,
-        waiting_conversations=waiting,
+        waiting_endpoints=waiting,
         choices=choices,
     )
 

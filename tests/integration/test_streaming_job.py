@@ -65,7 +65,9 @@ def read_all(bootstrap: str, topic: str) -> list[tuple[dict[str, str], bytes | N
     return out
 
 
-def message(conversation: str, service: str, n: int = 0, origin: str | None = "AW") -> bytes:
+def message(
+    conversation: str, service: str, n: int = 0, origin: str | None = "AW", *, initiator: bool = True
+) -> bytes:
     return encode_message(
         new_message_record(
             message_id=f"{conversation}:{n}",
@@ -73,6 +75,7 @@ def message(conversation: str, service: str, n: int = 0, origin: str | None = "A
             sequence_number=n,
             to_service=service,
             from_service="InitiatorService",
+            is_initiator=initiator,
             origin_database=origin,
             enqueued_at=datetime.now(timezone.utc),
             body=b"<x/>",
@@ -416,4 +419,36 @@ def test_each_instance_routes_what_arrives_by_its_own_msdb_table(spark, kafka_bo
     assert sorted(k for k in routes.table if "/msdb/" in k) == [
         "i1/msdb/AutoCreatedLocal",
         "i2/msdb/AutoCreatedLocal",
+    ]
+
+
+def test_each_side_of_a_conversation_keeps_its_own_order(spark, kafka_bootstrap, prefix, tmp_path):
+    """D1 delays a conversation endpoint: both ends of c9 are in i1, and the target's reply does not
+    wait behind the initiator's delayed message, in the batch or in the state store."""
+    publish_catalogs(kafka_bootstrap, [replace(I1, retry_s=600.0)], topics.catalogs_topic(prefix))
+    outbound = topics.outbound_topic("i1", prefix)
+    produce(
+        kafka_bootstrap,
+        outbound,
+        [
+            ("c9", message("c9", "Nowhere", 0)),  # the initiator's: no database hosts Nowhere
+            ("c9", message("c9", "Audit", 1)),  # the initiator's next: waits behind it (D1)
+            ("c9", message("c9", "Audit", 2, initiator=False)),  # the target's reply: its own side
+        ],
+    )
+    replay(spark, kafka_bootstrap, prefix, tmp_path)
+    # A later batch: the state store holds the initiator's side as waiting, not the target's.
+    produce(
+        kafka_bootstrap,
+        outbound,
+        [("c9", message("c9", "Audit", 3)), ("c9", message("c9", "Audit", 4, initiator=False))],
+    )
+    replay(spark, kafka_bootstrap, prefix, tmp_path)
+
+    delayed = read_all(kafka_bootstrap, topics.delayed_topic("i1", prefix))
+    assert [decode_message(v)["message_id"] for _, v in delayed] == ["c9:0", "c9:1", "c9:3"]
+    delivered = read_all(kafka_bootstrap, topics.queue_topic("i1", "AW", "Audit", prefix))
+    assert [(h["outcome"], decode_message(v)["message_id"]) for h, v in delivered] == [
+        ("deliver", "c9:2"),
+        ("deliver", "c9:4"),
     ]

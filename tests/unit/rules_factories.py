@@ -84,7 +84,7 @@ def batch(
     now: datetime = NOW,
     mirrors: dict[str, MirrorRole] | None = None,
     pending: set[tuple[str, str]] | None = None,
-    waiting: set[str] | None = None,
+    waiting: set[tuple[str, bool]] | None = None,
     choices: dict[tuple[str, str, str], tuple[str, str, str]] | None = None,
 ) -> RoutingBatch:
     return RoutingBatch(
@@ -94,7 +94,7 @@ def batch(
         now=now,
         mirrors=mirrors or {},
         pending_requests=frozenset(pending or ()),
-        waiting_conversations=frozenset(waiting or ()),
+        waiting_endpoints=frozenset(waiting or ()),
         choices=choices or {},
     )
 

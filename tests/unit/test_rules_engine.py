@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rules_factories import AW, DB2, FAR1, acl, batch, decide_one, instance, message, route
 
 from streaming.rules.batch import Decider
@@ -107,7 +109,7 @@ def test_b4_pending_is_per_table() -> None:
 
 
 def test_d1_message_of_a_waiting_conversation_is_delayed_behind_it() -> None:
-    decision = ReferenceEngine().decide(batch([acl("AW")], [message()], waiting={"c1"})).decisions[0]
+    decision = ReferenceEngine().decide(batch([acl("AW")], [message()], waiting={("c1", False)})).decisions[0]
     assert (decision.outcome, decision.match_step, decision.reason) == (
         Outcome.DELAYED,
         None,
@@ -127,9 +129,31 @@ def test_d1_a_conversation_delayed_in_the_batch_holds_its_later_messages() -> No
     ]
 
 
+def test_d1_each_side_of_a_conversation_keeps_its_own_order() -> None:
+    """Both ends in one instance: the target's reply does not wait behind the initiator's delay."""
+    routes = [acl("AW")]
+    messages = [
+        message("m1", "c1", "Nowhere"),  # the initiator's message: no database hosts Nowhere, delayed
+        replace(message("m2", "c1", "TargetService"), from_target=True),  # the target's reply
+        message("m3", "c1", "TargetService"),  # the initiator's next message waits behind m1
+    ]
+    decisions = ReferenceEngine().decide(batch(routes, messages)).decisions
+    assert [(d.id, d.outcome, d.match_step) for d in decisions] == [
+        ("m1", Outcome.DELAYED, "M5"),
+        ("m2", Outcome.DELIVER, "M5"),
+        ("m3", Outcome.DELAYED, None),
+    ]
+    target_waits = batch(routes, [replace(message("m4", "c1"), from_target=True)], waiting={("c1", True)})
+    initiator_waits = batch(routes, [replace(message("m4", "c1"), from_target=True)], waiting={("c1", False)})
+    assert ReferenceEngine().decide(target_waits).decisions[0].outcome is Outcome.DELAYED
+    assert ReferenceEngine().decide(initiator_waits).decisions[0].outcome is Outcome.DELIVER
+
+
 def test_d5_incoming_messages_never_wait_behind_a_conversation() -> None:
     decision = (
-        ReferenceEngine().decide(batch([acl("msdb")], [message(origin=REMOTE)], waiting={"c1"})).decisions[0]
+        ReferenceEngine()
+        .decide(batch([acl("msdb")], [message(origin=REMOTE)], waiting={("c1", False)}))
+        .decisions[0]
     )
     assert (decision.outcome, decision.database) == (Outcome.DELIVER, "DB2")
 

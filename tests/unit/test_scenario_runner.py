@@ -87,7 +87,8 @@ def test_advance_retries_due_conversations_once_in_first_delayed_order(tmp_path:
     recorder = Recorder(delay={"Slow"})
     ScenarioRunner(recorder).run(scenario(tmp_path, events))
     batches = [
-        (b.now.second + 60 * b.now.minute, ids(b), sorted(b.waiting_conversations)) for b in recorder.batches
+        (b.now.second + 60 * b.now.minute, ids(b), sorted(c for c, _ in b.waiting_endpoints))
+        for b in recorder.batches
     ]
     assert batches == [
         (0, ["b1"], []),

@@ -22,15 +22,16 @@ import scala.reflect.ClassTag$;
 import scala.runtime.AbstractFunction1;
 
 /**
- * D1 within one micro-batch: once a locally originated message of a conversation is delayed, the
- * conversation's later messages in the batch wait behind it.
+ * D1 within one micro-batch: once a locally originated message of a conversation endpoint (the
+ * conversation and the side that sends: initiator or target) is delayed, the endpoint's later
+ * messages in the batch wait behind it. The other side of the conversation does not wait.
  *
- * <p>The state processor ({@link RouterState}) lets each conversation's messages leave together,
- * in batch order; the decision adds columns with broadcast lookups and projections, which keep
- * the rows of a partition in their order. So each conversation's decided rows arrive here one
- * after another, and one pass over each partition finds the rows behind a delayed one, with no
- * shuffle and no sort. The pass checks that promise: a conversation met again after another one
- * began fails the batch (the checkpoint repeats it) rather than letting a message overtake.
+ * <p>The state processor ({@link RouterState}) lets each endpoint's messages leave together, in
+ * batch order; the decision adds columns with broadcast lookups and projections, which keep the
+ * rows of a partition in their order. So each endpoint's decided rows arrive here one after
+ * another, and one pass over each partition finds the rows behind a delayed one, with no shuffle
+ * and no sort. The pass checks that promise: an endpoint met again after another one began fails
+ * the batch (the checkpoint repeats it) rather than letting a message overtake.
  *
  * <p>Adds the boolean column {@code _behind}; what a message behind looks like is the SQL's
  * ({@code streaming.spark.engine.apply_behind}), as for the window the engine uses when the
@@ -48,12 +49,13 @@ public final class InBatchOrder {
     StructType output = input.add(BEHIND, DataTypes.BooleanType, false);
     int instance = input.fieldIndex("instance");
     int conversation = input.fieldIndex("conversation_id");
+    int fromTarget = input.fieldIndex("from_target");
     int origin = input.fieldIndex("origin");
     int outcome = input.fieldIndex("outcome");
     RDD<InternalRow> rows = decided.queryExecution().toRdd();
     RDD<InternalRow> marked =
         rows.mapPartitions(
-            new Mark(output, instance, conversation, origin, outcome),
+            new Mark(output, instance, conversation, fromTarget, origin, outcome),
             true,
             ClassTag$.MODULE$.apply(InternalRow.class));
     return spark.internalCreateDataFrame(marked, output, false);
@@ -67,20 +69,23 @@ public final class InBatchOrder {
     private final StructType output;
     private final int instance;
     private final int conversation;
+    private final int fromTarget;
     private final int origin;
     private final int outcome;
 
-    Mark(StructType output, int instance, int conversation, int origin, int outcome) {
+    Mark(StructType output, int instance, int conversation, int fromTarget, int origin, int outcome) {
       this.output = output;
       this.instance = instance;
       this.conversation = conversation;
+      this.fromTarget = fromTarget;
       this.origin = origin;
       this.outcome = outcome;
     }
 
     @Override
     public scala.collection.Iterator<InternalRow> apply(scala.collection.Iterator<InternalRow> rows) {
-      Scan scan = new Scan(CollectionConverters.asJava(rows), output, instance, conversation, origin, outcome);
+      Scan scan =
+          new Scan(CollectionConverters.asJava(rows), output, instance, conversation, fromTarget, origin, outcome);
       return CollectionConverters.asScala(scan);
     }
   }
@@ -94,6 +99,7 @@ public final class InBatchOrder {
     private final UnsafeProjection project;
     private final int instance;
     private final int conversation;
+    private final int fromTarget;
     private final int origin;
     private final int outcome;
     private final JoinedRow joined = new JoinedRow();
@@ -102,11 +108,19 @@ public final class InBatchOrder {
     private String current;
     private boolean delayedSeen;
 
-    Scan(Iterator<InternalRow> rows, StructType output, int instance, int conversation, int origin, int outcome) {
+    Scan(
+        Iterator<InternalRow> rows,
+        StructType output,
+        int instance,
+        int conversation,
+        int fromTarget,
+        int origin,
+        int outcome) {
       this.rows = rows;
       this.project = UnsafeProjection.create(output);
       this.instance = instance;
       this.conversation = conversation;
+      this.fromTarget = fromTarget;
       this.origin = origin;
       this.outcome = outcome;
     }
@@ -124,15 +138,18 @@ public final class InBatchOrder {
         flag.setBoolean(0, false);
         return project.apply(joined.apply(row, flag));
       }
-      String key = row.getUTF8String(instance) + "\u0000" + row.getUTF8String(conversation);
+      boolean target = !row.isNullAt(fromTarget) && row.getBoolean(fromTarget);
+      String key =
+          row.getUTF8String(instance) + "\u0000" + row.getUTF8String(conversation) + (target ? "\u0000t" : "\u0000i");
       if (!Objects.equals(key, current)) {
         if (current != null) {
           finished.add(current);
         }
         if (!finished.isEmpty() && finished.contains(key)) {
           throw new IllegalStateException(
-              "the decided rows of conversation " + row.getUTF8String(conversation)
-                  + " are not together in batch order; the batch is not written (it is repeated)");
+              "the decided rows of conversation " + row.getUTF8String(conversation) + " ("
+                  + (target ? "target" : "initiator") + " side) are not together in batch order; "
+                  + "the batch is not written (it is repeated)");
         }
         current = key;
         delayedSeen = false;

@@ -23,7 +23,7 @@ import scala.jdk.javaapi.CollectionConverters;
 /**
  * The router's conversation memory inside the streaming query, kept in Spark's state store.
  *
- * <p>A {@code flatMapGroupsWithState} step keyed by {@code c_key} (instance and conversation; a
+ * <p>A {@code flatMapGroupsWithState} step keyed by {@code c_key} (instance and conversation endpoint; a
  * record that does not decode has a key of its own and no state). Per key it keeps a {@link
  * ConversationMemory}, whose rules are those of {@code streaming.rules.memory}; this class only
  * moves rows in and out of it. The input is one stream of three kinds of rows, told apart by
