@@ -51,6 +51,7 @@ from streaming.rules.engine import ReferenceEngine
 from streaming.rules.model import (
     ChoiceKey,
     Decision,
+    Endpoint,
     Instance,
     Message,
     Outcome,
@@ -126,7 +127,7 @@ class Router:
         self.routes = tuple(routes)
         self.destinations = destinations
         self.choices: dict[ChoiceKey, RouteIdentity] = {}
-        self.waiting: set[str] = set()
+        self.waiting: set[Endpoint] = set()
         self.requests: set[tuple[str, str]] = set()
         self.outcomes: Counter[str] = Counter()
 
@@ -141,7 +142,7 @@ class Router:
                 messages=messages,
                 now=datetime.now(timezone.utc),
                 pending_requests=frozenset(self.requests),
-                waiting_conversations=frozenset(self.waiting),
+                waiting_endpoints=frozenset(self.waiting),
                 choices=self.choices,
             )
         )
@@ -152,7 +153,7 @@ class Router:
         ):
             value = kafka_record.value()
             if decision.outcome is Outcome.DELAYED:
-                self.waiting.add(message.conversation_id)
+                self.waiting.add(message.endpoint)
                 value = encode_message({**record, "attempt": record["attempt"] + 1})
             elif decision.outcome is Outcome.FORWARD and decision.hops_remaining is not None:
                 value = encode_message({**record, "hops_remaining": decision.hops_remaining})
