@@ -23,9 +23,10 @@ from streaming.spark.state import apply_state, as_choices, as_delayed, as_messag
 pytestmark = pytest.mark.integration
 
 MESSAGE_SCHEMA = (
-    "topic string, instance string, conversation_id string, origin string, service string, "
-    "pos long, id string, error string"
+    "topic string, instance string, conversation_id string, from_target boolean, origin string, "
+    "service string, pos long, id string, error string"
 )
+"""A message row as the processor takes it; `from_target` left out of a row reads as the initiator's side."""
 DELAYED_SCHEMA = (
     f"{MESSAGE_SCHEMA}, kept_bid string, kept_route_service string, kept_address string, timestamp timestamp"
 )
@@ -141,7 +142,7 @@ def test_a_choice_read_back_is_kept_across_batches_and_restarts(keeper: Keeper) 
     assert kept(got) == {"c1:2": "tcp://a:4022", "c1:3": None, "c1:4": None}
     # Only messages leave the processor, with the input's columns and the state's.
     assert set(got[0].asDict()) == {
-        "topic", "instance", "conversation_id", "origin", "service", "pos", "id",
+        "topic", "instance", "conversation_id", "from_target", "origin", "service", "pos", "id",
         "error", "kept_bid", "kept_route_service", "kept_address", "waiting", "first_of_entry",
         "batch_ms",
     }  # fmt: skip

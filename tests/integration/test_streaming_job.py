@@ -338,9 +338,11 @@ def test_a_missing_route_is_asked_for_once_until_a_route_for_it_appears(
     produce(kafka_bootstrap, outbound, [(c, message(c, "Remote")) for c in ("c1", "c2")])
     job = replay(spark, kafka_bootstrap, prefix, tmp_path)
     delayed = read_all(kafka_bootstrap, topics.delayed_topic("i1", prefix))
-    # The first asks (M4); the second sees the request pending in the same batch (B4).
-    assert [(h["match_step"], h.get("requests")) for h, _ in delayed][0] == ("M4", "Remote")
-    assert [h.get("requests") for h, _ in delayed][1:] == [None]
+    # The first asks (M4); the second sees the request pending in the same batch (B4). A replay
+    # slower than retry_s (5 s) retries them, and a retry asks nothing either.
+    asks = [h.get("requests") for h, _ in delayed]
+    assert (delayed[0][0]["match_step"], asks[0]) == ("M4", "Remote")
+    assert len(asks) >= 2 and all(a is None for a in asks[1:]), asks
     asked = read_all(kafka_bootstrap, topics.requests_topic("i1", prefix))
     assert [json.loads(v or b"") for _, v in asked] == [
         {"instance": "i1", "scope": "AW", "service": "Remote", "asked": True}
