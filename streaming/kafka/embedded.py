@@ -64,6 +64,8 @@ JVM_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true
 FORMATTER_JVM_OPTIONS = ("-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 NODE_ID = 1
 _BROKER_USER = "broker"
+_BIND_ATTEMPTS = 3
+"""How many times `start` tries new ports when another process took one before the broker bound it."""
 _KEYSTORE_PASSWORD = "router-test-only"
 
 _LOG4J2 = """\
@@ -478,16 +480,29 @@ class EmbeddedKafka:
             return StartResult(status.bootstrap, status.pid, already_running=True, seconds=0.0)
         self.pid_file.unlink(missing_ok=True)
 
-        port = self.port if self.port is not None else free_port()
-        if not port_is_free(port):
-            raise KafkaUnavailable(
-                f"expected port {port} on {HOST} to be free for the Kafka broker, something listens there "
-                f"(another broker? `router kafka status`, or pick another with --port)"
-            )
-        controller_port = free_port(exclude=frozenset({port}))
+        for attempt in range(1, _BIND_ATTEMPTS + 1):
+            port = self.port if self.port is not None else free_port()
+            if not port_is_free(port):
+                raise KafkaUnavailable(
+                    f"expected port {port} on {HOST} to be free for the Kafka broker, something listens "
+                    "there (another broker? `router kafka status`, or pick another with --port)"
+                )
+            controller_port = free_port(exclude=frozenset({port}))
+            pid, bootstrap = self._launch(port, controller_port, detach)
+            try:
+                self._wait_until_ready(pid, port, bootstrap)
+                break
+            except KafkaUnavailable as exc:
+                # A port found free can be taken by another process before the broker binds it
+                # (tests start brokers side by side): try again on new ones.
+                if "Address already in use" not in str(exc) or attempt == _BIND_ATTEMPTS:
+                    raise
+        return StartResult(bootstrap, pid, already_running=False, seconds=time.monotonic() - started)
+
+    def _launch(self, port: int, controller_port: int, detach: bool) -> tuple[int, str]:
+        """Write the config, format the storage once, start the java process; its pid and bootstrap."""
         self._write_config(port, controller_port)
         self._format_storage()
-
         command = self._java_command(JVM_OPTIONS, KAFKA_MAIN_CLASS, str(self.server_properties))
         with self.log_file.open("ab") as log:
             log.write(f"=== router: starting Kafka on {HOST}:{port} at {time.ctime()} ===\n".encode())
@@ -503,9 +518,7 @@ class EmbeddedKafka:
             )
         pid = self._process.pid
         self.pid_file.write_text(f"{pid}\n")
-        bootstrap = f"{HOST}:{port}"
-        self._wait_until_ready(pid, port, bootstrap)
-        return StartResult(bootstrap, pid, already_running=False, seconds=time.monotonic() - started)
+        return pid, f"{HOST}:{port}"
 
     def _wait_until_ready(self, pid: int, port: int, bootstrap: str) -> None:
         deadline = time.monotonic() + self.start_timeout
