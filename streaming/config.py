@@ -36,6 +36,10 @@ from streaming.topics import DEFAULT_PREFIX, check_prefix
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
 """Where `router kafka start` (and docker-compose.yml) puts the broker."""
+BOOTSTRAP_ENV = "ROUTER_BOOTSTRAP"
+"""Overrides a settings file's `bootstrap` (a command's `--bootstrap` overrides it)."""
+CONFIG_ENV = "ROUTER_CONFIG"
+"""The settings file of a command not given `--config` (`streaming.commands.common.config_path`)."""
 _KNOWN = {
     "instance",
     "bootstrap",
@@ -67,11 +71,6 @@ class Settings:
     keep_choice_s: float = 3600.0
     kafka_options: Mapping[str, str] = field(default_factory=dict)
 
-    @property
-    def bootstrap(self) -> str:
-        """The bootstrap servers of `kafka`."""
-        return self.kafka.bootstrap
-
     def describe(self) -> str:
         """One line for logs, with secret-looking Kafka options masked."""
         options = {
@@ -102,8 +101,8 @@ def _read(path: str | Path | None, overrides: Mapping[str, Any]) -> dict[str, An
         if unknown:
             raise ConfigError(f"{p}: unknown setting(s) {unknown}; known: {sorted(_KNOWN)}")
         raw.update(loaded)
-    if os.environ.get("ROUTER_BOOTSTRAP"):
-        raw["bootstrap"] = os.environ["ROUTER_BOOTSTRAP"]
+    if os.environ.get(BOOTSTRAP_ENV):
+        raw["bootstrap"] = os.environ[BOOTSTRAP_ENV]
     if os.environ.get("ROUTER_SPARK_MASTER"):
         raw["spark_master"] = os.environ["ROUTER_SPARK_MASTER"]
     raw.update({k: v for k, v in overrides.items() if v is not None})
@@ -116,7 +115,7 @@ def _connection(raw: Mapping[str, Any], where: str) -> KafkaConnection:
         return given
     if given is not None and not isinstance(given, Mapping):
         raise ConfigError(f"{where}: kafka: expected a mapping of connection settings, got {given!r}")
-    return connection_from(str(raw.get("bootstrap", DEFAULT_BOOTSTRAP)), given, f"{where}")
+    return connection_from(str(raw.get("bootstrap", DEFAULT_BOOTSTRAP)), given, where)
 
 
 def load_connection(path: str | Path | None = None, bootstrap: str | None = None) -> KafkaConnection:

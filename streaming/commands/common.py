@@ -9,14 +9,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from streaming.config import DEFAULT_BOOTSTRAP, load_connection
+from streaming.config import BOOTSTRAP_ENV, CONFIG_ENV, DEFAULT_BOOTSTRAP, load_connection
 from streaming.errors import ConfigError, RouterError
 from streaming.kafka.connection import KafkaConnection
 from streaming.tables.reader import TableRead
 from streaming.topics import DEFAULT_PREFIX, MAX_PREFIX, check_prefix
-
-BOOTSTRAP_ENV = "ROUTER_BOOTSTRAP"
-CONFIG_ENV = "ROUTER_CONFIG"
 
 
 def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,16 +25,12 @@ def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"Kafka bootstrap servers (default: the settings file's, else ${BOOTSTRAP_ENV}, "
         f"else {DEFAULT_BOOTSTRAP})",
     )
-    add_config_argument(parser, "its `bootstrap` and `kafka` (security) settings say how to connect")
-
-
-def add_config_argument(parser: argparse.ArgumentParser, what: str) -> None:
-    """Add `--config FILE`, the router's settings file (default: $ROUTER_CONFIG)."""
     parser.add_argument(
         "--config",
         metavar="FILE",
         default=None,
-        help=f"the router's settings YAML (streaming/config.py); {what} (default: ${CONFIG_ENV})",
+        help="the router's settings YAML (streaming/config.py); its `bootstrap` and `kafka` (security) "
+        f"settings say how to connect (default: ${CONFIG_ENV})",
     )
 
 

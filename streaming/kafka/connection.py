@@ -24,7 +24,7 @@ A bare bootstrap string, where a function takes a connection, is a PLAINTEXT con
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,7 +137,11 @@ class KafkaConnection:
             config["ssl.ca.location"] = self.ssl_ca_location
         if self.client_id is not None:
             config["client.id"] = self.client_id
-        _refuse_connection_keys(extra, "client_config")
+        found = connection_keys(extra)
+        if found:
+            raise ValueError(
+                f"client_config: {found} come from the connection, not from a client's own settings"
+            )
         config.update(extra)
         return config
 
@@ -148,11 +152,9 @@ class KafkaConnection:
             props["security.protocol"] = self.security_protocol
         if self.sasl:
             assert self.sasl_mechanism is not None and self.sasl_username is not None  # __post_init__
-            module = _LOGIN_MODULES[self.sasl_mechanism]
             props["sasl.mechanism"] = self.sasl_mechanism
-            props["sasl.jaas.config"] = (
-                f'{module} required username="{_jaas_quoted(self.sasl_username)}" '
-                f'password="{_jaas_quoted(self.sasl_password or "")}";'
+            props["sasl.jaas.config"] = jaas_config(
+                self.sasl_mechanism, self.sasl_username, self.sasl_password or ""
             )
         if self.ssl_ca_location is not None:
             props["ssl.truststore.type"] = "PEM"
@@ -220,11 +222,12 @@ def connection_from(
         value = raw.get(key)
         return None if value is None else str(value)
 
+    mechanism = text("sasl_mechanism")
     try:
         return KafkaConnection(
             bootstrap=bootstrap,
             security_protocol=str(raw.get("security_protocol", "PLAINTEXT")).upper(),
-            sasl_mechanism=None if text("sasl_mechanism") is None else str(text("sasl_mechanism")).upper(),
+            sasl_mechanism=None if mechanism is None else mechanism.upper(),
             sasl_username=text("sasl_username"),
             sasl_password=None if password is None else str(password),
             ssl_ca_location=text("ssl_ca_location"),
@@ -236,7 +239,7 @@ def connection_from(
 
 def check_no_connection_options(options: Mapping[str, str], where: str) -> None:
     """Refuse connection settings among Spark-only `kafka_options`: every client must get them."""
-    found = sorted(k for k in options if k.removeprefix("kafka.") in CONNECTION_PROPERTIES)
+    found = connection_keys(k.removeprefix("kafka.") for k in options)
     if found:
         raise ConfigError(
             f"{where}: kafka_options {found} are connection settings, which every client needs, not "
@@ -245,10 +248,19 @@ def check_no_connection_options(options: Mapping[str, str], where: str) -> None:
         )
 
 
-def _refuse_connection_keys(extra: Mapping[str, ClientValue], where: str) -> None:
-    found = sorted(k for k in extra if k in CONNECTION_PROPERTIES)
-    if found:
-        raise ValueError(f"{where}: {found} come from the connection, not from a client's own settings")
+def connection_keys(keys: Iterable[str]) -> list[str]:
+    """The client properties among `keys` that belong to the connection (`CONNECTION_PROPERTIES`), sorted."""
+    return sorted(k for k in keys if k in CONNECTION_PROPERTIES)
+
+
+def jaas_config(mechanism: str, username: str, password: str, more: Mapping[str, str] | None = None) -> str:
+    """A Java `sasl.jaas.config` line for `mechanism`'s login module, with `more` options after the user's.
+
+    The clients' line, and the embedded broker's (whose `more` lists the users it accepts).
+    """
+    options = {"username": username, "password": password, **(more or {})}
+    quoted = " ".join(f'{k}="{_jaas_quoted(v)}"' for k, v in options.items())
+    return f"{_LOGIN_MODULES[mechanism]} required {quoted};"
 
 
 def _jaas_quoted(value: str) -> str:

@@ -51,7 +51,7 @@ from types import TracebackType
 from streaming.errors import KafkaUnavailable
 from streaming.jars import kafka_broker_classpath
 from streaming.kafka.admin import broker_count
-from streaming.kafka.connection import KafkaConnection
+from streaming.kafka.connection import KafkaConnection, jaas_config
 
 HOST = "127.0.0.1"
 # `router kafka start` listens here unless told otherwise; docker-compose.yml publishes its broker on
@@ -304,14 +304,13 @@ class EmbeddedKafka:
                 }
             )
         if self._users:
-            users = " ".join(f'user_{name}="{password}"' for name, password in self._users.items())
+            accepted = {f"user_{name}": password for name, password in self._users.items()}
             settings.update(
                 {
                     "sasl.enabled.mechanisms": "PLAIN",
                     "sasl.mechanism.inter.broker.protocol": "PLAIN",
-                    f"listener.name.{listener.lower()}.plain.sasl.jaas.config": (
-                        "org.apache.kafka.common.security.plain.PlainLoginModule required "
-                        f'username="{_BROKER_USER}" password="{self._users[_BROKER_USER]}" {users};'
+                    f"listener.name.{listener.lower()}.plain.sasl.jaas.config": jaas_config(
+                        "PLAIN", _BROKER_USER, self._users[_BROKER_USER], accepted
                     ),
                 }
             )

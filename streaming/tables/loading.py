@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -57,7 +58,7 @@ def _in_instance(operation: RouteOperation, instance: str | None) -> RouteOperat
                 "`-- instance: NAME` at the top of a T-SQL script, or --instance NAME",
                 "instance",
             )
-        return operation.with_instance(instance)
+        return dataclasses.replace(operation, instance=instance)
     if instance is not None and operation.instance != instance:
         fail(
             operation.source,

@@ -38,6 +38,11 @@ def route_key(instance: str, scope: str, name: str) -> str:
     return f"{instance}/{scope}/{name}"
 
 
+def legacy_route_key(scope: str, name: str) -> str:
+    """The key a route had before each instance had its own tables: `scope/name` (`router routes migrate`)."""
+    return f"{scope}/{name}"
+
+
 def split_route_key(key: str) -> tuple[str, str, str]:
     """Return (instance, scope, name) of a routes-topic key: the first two `/` separate them."""
     instance, sep, rest = key.partition("/")
@@ -62,23 +67,19 @@ class RouteOperation:
     ddl: bool = False
     """True when it comes from CREATE/ALTER ROUTE: the DDL-only rule R5(a) applies."""
     instance: str | None = None
-    """The instance whose table the route is in; None until the file or the command says
-    (`with_instance`)."""
+    """The instance whose table the route is in; None until the file or the command says."""
+
+    @property
+    def table_instance(self) -> str:
+        """`instance`, once the file or the command said it (ValueError before)."""
+        if self.instance is None:
+            raise ValueError(f"route {self.scope}/{self.name} ({self.source}) names no instance")
+        return self.instance
 
     @property
     def key(self) -> str:
         """The routes-topic key, `instance/scope/name`."""
-        if self.instance is None:
-            raise ValueError(f"route {self.scope}/{self.name} ({self.source}) names no instance")
-        return route_key(self.instance, self.scope, self.name)
-
-    def with_instance(self, instance: str | None) -> RouteOperation:
-        """The operation in `instance`'s table, unless it names its own instance already."""
-        return (
-            self
-            if self.instance is not None or instance is None
-            else dataclasses.replace(self, instance=instance)
-        )
+        return route_key(self.table_instance, self.scope, self.name)
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ def plan_route_changes(
     changes = []
     for operation in operations:
         key = operation.key
-        instance, _, _ = split_route_key(key)
+        instance = operation.table_instance
         subject = route_subject(operation.scope, operation.name)
         if operation.op == "create":
             if operation.route is None:

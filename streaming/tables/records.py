@@ -23,7 +23,7 @@ from typing import Protocol, TypeVar
 
 from streaming.kafka.avro import decoder, record_to_instance, record_to_route
 from streaming.rules.model import Instance, MirrorRole, Route, normalize_address
-from streaming.tables.operations import route_key, split_route_key
+from streaming.tables.operations import legacy_route_key, route_key, split_route_key
 from streaming.tables.validate import (
     RECORD,
     check_mirror_role,
@@ -89,10 +89,16 @@ class RouteRecords:
             raise OtherTable(key)
         return key
 
+    def route_of(self, value: bytes) -> Route:
+        """The route a value holds, as the loaders would have written it (`validate_stored_route`)."""
+        return validate_stored_route(record_to_route(self._decode(value)), RECORD)
+
     def row_value(self, key: str, value: bytes) -> Route:
-        """Return the route, as the loaders would have written it (`validate_stored_route`)."""
-        route = validate_stored_route(record_to_route(self._decode(value)), RECORD)
-        if key == f"{route.scope}/{route.name}":  # a name with '/' makes such a key look like a new one
+        """Return the route (`route_of`), if the key is its instance/scope/name."""
+        route = self.route_of(value)
+        if key == legacy_route_key(
+            route.scope, route.name
+        ):  # a name with '/' makes such a key look like a new one
             fail(RECORD, route_subject(route.scope, route.name), MIGRATE_HINT, "key")
         instance, _, _ = split_route_key(key)
         expected = route_key(instance, route.scope, route.name)

@@ -24,20 +24,19 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from streaming.errors import ConfigError, KafkaUnavailable, MalformedRecord, RouterError
 from streaming.kafka.admin import ensure_topics
-from streaming.kafka.avro import (
-    catalog_to_record,
-    decoder,
-    encode_catalog,
-    encode_route,
-    record_to_route,
-    route_to_record,
-)
+from streaming.kafka.avro import catalog_to_record, encode_catalog, encode_route, route_to_record
 from streaming.kafka.connection import Kafka, bootstrap_of, client_config
 from streaming.rules.model import Instance, Route
-from streaming.tables.operations import RouteChange, RouteOperation, plan_route_changes, route_key
+from streaming.tables.operations import (
+    RouteChange,
+    RouteOperation,
+    legacy_route_key,
+    plan_route_changes,
+    route_key,
+)
 from streaming.tables.reader import DEFAULT_TIMEOUT_S, TableReader, read_catalog_table, read_routes
-from streaming.tables.records import RawRecords
-from streaming.tables.validate import RECORD, check_known_scope, fail, route_subject, validate_stored_route
+from streaming.tables.records import RawRecords, RouteRecords
+from streaming.tables.validate import check_known_scope, fail, route_subject
 
 _LIBRDKAFKA_LOG = logging.getLogger("streaming.kafka.librdkafka")
 
@@ -208,14 +207,14 @@ def plan_route_migration(kafka: Kafka, topic: str, instance: str) -> list[Migrat
     route is left alone.
     """
     latest, _ = read_latest(kafka, topic)
-    decode = decoder("route")
+    records = RouteRecords()
     moves = []
     for key, stored in sorted(latest.items()):
         try:
-            route = validate_stored_route(record_to_route(decode(stored.value)), RECORD)
+            route = records.route_of(stored.value)
         except (ConfigError, MalformedRecord):
             continue
-        if key == f"{route.scope}/{route.name}":
+        if key == legacy_route_key(route.scope, route.name):
             moves.append(Migration(key, route_key(instance, route.scope, route.name), route))
     return moves
 

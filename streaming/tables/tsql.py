@@ -360,10 +360,6 @@ def parse_route_script(
     ]
 
 
-def load_route_script(
-    path: Path, *, now: datetime, default_scope: str | None = None, default_instance: str | None = None
-) -> list[RouteOperation]:
+def load_route_script(path: Path, *, now: datetime, default_scope: str | None = None) -> list[RouteOperation]:
     """Read and parse a T-SQL route script file."""
-    return parse_route_script(
-        read_text(path), str(path), now=now, default_scope=default_scope, default_instance=default_instance
-    )
+    return parse_route_script(read_text(path), str(path), now=now, default_scope=default_scope)

@@ -192,30 +192,26 @@ def parse_route_yaml(
     *,
     now: datetime,
     default_scope: str | None = None,
-    default_instance: str | None = None,
 ) -> list[RouteOperation]:
     """Parse a route table YAML document into operations; `lifetime_s` counts from `now` (R6)."""
     document = parse_yaml(text, file)
+    file_instance = None  # the instance of the entries that name none: `instance:` beside `routes:`
     if isinstance(document, LineDict) and set(document) == {"instance", "routes"}:
         where = Source(file, document.line_of("instance"))
-        default_instance = check_instance_name(document["instance"], where, "file", "instance")
+        file_instance = check_instance_name(document["instance"], where, "file", "instance")
         document = document["routes"]
     entries = _entries(document, file, "routes", "routes")
     return [
         route_entry_operation(
-            entry, source, index, now=now, default_scope=default_scope, default_instance=default_instance
+            entry, source, index, now=now, default_scope=default_scope, default_instance=file_instance
         )
         for index, (entry, source) in enumerate(entries, start=1)
     ]
 
 
-def load_route_yaml(
-    path: Path, *, now: datetime, default_scope: str | None = None, default_instance: str | None = None
-) -> list[RouteOperation]:
+def load_route_yaml(path: Path, *, now: datetime, default_scope: str | None = None) -> list[RouteOperation]:
     """Read and parse a route table YAML file (see `parse_route_yaml`)."""
-    return parse_route_yaml(
-        read_text(path), str(path), now=now, default_scope=default_scope, default_instance=default_instance
-    )
+    return parse_route_yaml(read_text(path), str(path), now=now, default_scope=default_scope)
 
 
 def route_entry_operation(
