@@ -1,0 +1,10 @@
+"""Endpoints: the services at both ends of a dialog, talking through the router (spec §1.8, §1.16).
+
+`streaming.endpoint.protocol` holds the dialog protocol's decisions (pure), `store` an endpoint's
+durable memory (SQLite), `endpoint` the Kafka side (confluent-kafka and fastavro, no Spark).
+"""
+
+from streaming.endpoint.endpoint import Dialog, Endpoint, EndpointCounts, Received
+from streaming.endpoint.store import DialogClosed
+
+__all__ = ["Dialog", "DialogClosed", "Endpoint", "EndpointCounts", "Received"]

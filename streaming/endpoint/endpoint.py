@@ -1,0 +1,519 @@
+"""A service's endpoint: dialogs over the router, with Service Broker's delivery guarantees.
+
+An `Endpoint` is one service of one database of one instance. It writes what the service sends to
+the instance's outbound topic (the router takes it from there) and reads the service's queue topic
+(where the router delivers what is for the service: messages, replies, acknowledgements). Its
+dialogs live in a `DialogStore` file, so a killed endpoint starts again where it was.
+
+    endpoint = Endpoint(kafka, instance="i1", database="AW", service="InitiatorService", store=path)
+    dialog = endpoint.begin_dialog("OrderParts", lifetime_s=600)
+    dialog.send(b"<order/>")
+    for message in endpoint.receive(timeout_s=5):   # replies, EndDialog, Error, DialogTimer
+        message.dialog.end()
+
+What it does for the service (spec §1.8, §1.15, §1.16):
+- numbers every message of a dialog side (A6) and keeps it until the far endpoint acks it,
+  resending it with backoff (A3: `retry_first_s`, doubled each time, at most `retry_cap_s`);
+- acks every sequenced message it takes, once it is in the store's queue (A1), acks duplicates
+  again without queueing them (A4), and hands messages over in sequence order;
+- pins a dialog to the broker instance of the database whose endpoint first acked or answered
+  (A2): every later message, resends included, names it;
+- gives each message the dialog's lifetime (`expires_at`, F3), and when the lifetime passes queues
+  a time-out Error on each side and refuses further sends (CL1, D4);
+- EndDialog goes after the dialog's earlier messages; an Error drops what is unacked (CL3);
+  a DialogTimer is queued here and never sent (CL4);
+- forgets a dialog once both sides ended it and nothing is unacked.
+
+The endpoint works when the service calls it (`receive`, `pump`, `wait_acknowledged`): a service
+that only sends calls `pump` now and then so that acks are taken and resends go out. One process
+per store file; two processes on one store would each resend what the other sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Message as KafkaMessage
+
+from streaming import topics
+from streaming.endpoint.protocol import (
+    ACKNOWLEDGEMENT,
+    DEFAULT_MESSAGE_TYPE,
+    DIALOG_TIMER,
+    END_DIALOG,
+    ERROR,
+    RETRY_CAP_S,
+    RETRY_FIRST_S,
+    UNSEQUENCED,
+    ErrorBody,
+    ack_body,
+    check_application_error,
+    error_body,
+    parse_error_body,
+    retry_wait_s,
+)
+from streaming.endpoint.store import AckDue, ArrivalCounts, DialogRow, DialogStore, Incoming, Pending, Side
+from streaming.errors import ConfigError, MalformedRecord
+from streaming.kafka.admin import ensure_topics
+from streaming.kafka.avro import decode_message, encode_message, new_message_record
+from streaming.kafka.connection import Kafka, client_config
+from streaming.rules.model import CURRENT_DATABASE, Database, canonical_guid
+from streaming.tables.reader import read_catalog_table
+
+log = logging.getLogger("streaming.endpoint")
+_LIBRDKAFKA_LOG = logging.getLogger("streaming.kafka.librdkafka")
+
+_MESSAGE_IDS = uuid.UUID("5b2f1c1e-8d0a-4f7e-9c55-0e4a7d3b6f21")
+"""The namespace of message ids: a resend carries the id of the message it repeats."""
+_POLL_BATCH = 500
+_FORGET_EVERY_S = 60.0
+_RESERVED_TYPES = (END_DIALOG, ERROR, DIALOG_TIMER, ACKNOWLEDGEMENT)
+
+
+@dataclass
+class EndpointCounts(ArrivalCounts):
+    """What an endpoint did since it started (for logs and tests), arrivals included."""
+
+    sent: int = 0
+    resent: int = 0
+    acks_sent: int = 0
+    acked: int = 0
+    malformed: int = 0
+    expired: int = 0
+
+
+@dataclass(frozen=True)
+class Received:
+    """A message handed to the service: its dialog, type and body (acks never are, A1)."""
+
+    dialog: Dialog
+    sequence: int
+    message_type: str
+    body: bytes
+    far_service: str
+
+    @property
+    def is_end_dialog(self) -> bool:
+        """The far side ended the dialog (CL3); answer with `dialog.end()`."""
+        return self.message_type == END_DIALOG
+
+    @property
+    def is_error(self) -> bool:
+        """The dialog failed: the far side's Error, or this side's time-out (CL1, CL3)."""
+        return self.message_type == ERROR
+
+    @property
+    def is_timer(self) -> bool:
+        """A conversation timer this side set has fired (CL4)."""
+        return self.message_type == DIALOG_TIMER
+
+    @property
+    def error(self) -> ErrorBody | None:
+        """An Error message's code and description; None for any other message."""
+        if not self.is_error:
+            return None
+        try:
+            return parse_error_body(self.body)
+        except ValueError:
+            return ErrorBody(0, self.body.decode("utf-8", errors="replace"))
+
+
+@dataclass(frozen=True)
+class Dialog:
+    """One side of a dialog held by an endpoint; its state is in the endpoint's store."""
+
+    endpoint: Endpoint = field(repr=False)
+    conversation_id: str
+    is_initiator: bool
+
+    @property
+    def side(self) -> Side:
+        """The store's key of this side."""
+        return (self.conversation_id, self.is_initiator)
+
+    @property
+    def far_broker_instance(self) -> str | None:
+        """The far database's broker instance: named at BEGIN DIALOG or pinned by an ack (A2)."""
+        row = self.endpoint.store.dialog(self.side)
+        return None if row is None else row.far_broker_instance
+
+    @property
+    def pinned(self) -> bool:
+        """An ack or reply from the far database fixed the dialog to it (A2)."""
+        row = self.endpoint.store.dialog(self.side)
+        return row is not None and row.pinned
+
+    def send(self, body: bytes, message_type: str = DEFAULT_MESSAGE_TYPE) -> int:
+        """SEND ON CONVERSATION; returns the message's sequence number. Raises DialogClosed."""
+        if message_type in _RESERVED_TYPES:
+            raise ValueError(
+                f"message type {message_type!r} is the protocol's own: "
+                "use end(), end_with_error() or begin_timer()"
+            )
+        return self.endpoint._send(self.side, message_type, body)
+
+    def end(self) -> None:
+        """END CONVERSATION: EndDialog after the dialog's earlier messages (CL3).
+
+        A dialog that failed or timed out just ends here. Ending twice does nothing.
+        """
+        self.endpoint._end(self.side)
+
+    def end_with_error(self, code: int, description: str) -> None:
+        """END CONVERSATION WITH ERROR: unacked messages are dropped, the Error sent (CL3)."""
+        check_application_error(code, description)
+        self.endpoint._end_with_error(self.side, code, description)
+
+    def begin_timer(self, seconds: float) -> None:
+        """BEGIN CONVERSATION TIMER: a DialogTimer message is queued here after `seconds` (CL4)."""
+        self.endpoint.store.set_timer(self.side, self.endpoint._now_ms() + int(seconds * 1000))
+
+
+class Endpoint:
+    """A service's endpoint (see the module docstring)."""
+
+    def __init__(
+        self,
+        kafka: Kafka,
+        *,
+        instance: str,
+        database: str,
+        service: str,
+        store: str | Path,
+        prefix: str = topics.DEFAULT_PREFIX,
+        retry_first_s: float = RETRY_FIRST_S,
+        retry_cap_s: float = RETRY_CAP_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if retry_first_s <= 0 or retry_cap_s < retry_first_s:
+            raise ConfigError(
+                f"expected 0 < retry_first_s <= retry_cap_s, got {retry_first_s} and {retry_cap_s}"
+            )
+        self.kafka = kafka
+        self.instance = instance
+        self.service = service
+        self.retry_first_s = retry_first_s
+        self.retry_cap_s = retry_cap_s
+        self.counts = EndpointCounts()
+        self._clock = clock
+        self.database = _database(kafka, prefix, instance, database, service)
+        self.outbound = topics.outbound_topic(instance, prefix)
+        self.queue = topics.queue_topic(instance, database, service, prefix)
+        ensure_topics(kafka, [self.outbound, self.queue])
+        self.store = DialogStore(store)
+        self._producer = Producer(
+            client_config(kafka, **{"enable.idempotence": True, "linger.ms": 5}), logger=_LIBRDKAFKA_LOG
+        )
+        consumer_settings: dict[str, str | bool] = {
+            "group.id": f"router-endpoint.{instance}.{database}.{service}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+        self._consumer = Consumer(
+            client_config(kafka, **consumer_settings),
+            logger=_LIBRDKAFKA_LOG,
+        )
+        self._consumer.subscribe([self.queue])
+        self._forgotten_at = 0.0
+
+    def __enter__(self) -> Endpoint:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Send what is produced but not delivered yet, then close the clients and the store."""
+        self._producer.flush(10)
+        self._consumer.close()
+        self.store.close()
+
+    # --- dialogs ------------------------------------------------------------------------------
+
+    def begin_dialog(
+        self, service: str, broker_instance: str | None = None, *, lifetime_s: float | None = None
+    ) -> Dialog:
+        """BEGIN DIALOG to `service`; returns the initiator's side.
+
+        `broker_instance` names one database (a GUID, or `CURRENT DATABASE`: this endpoint's own,
+        K1); `lifetime_s` is the dialog's lifetime (CL1: none means it never times out).
+        """
+        if not service:
+            raise ValueError("expected a target service name, got an empty one")
+        if lifetime_s is not None and lifetime_s <= 0:
+            raise ValueError(f"expected a lifetime > 0 seconds, got {lifetime_s}")
+        target = None
+        if broker_instance is not None:
+            if broker_instance.strip().upper() == CURRENT_DATABASE:
+                target = self.database.broker_instance
+            else:
+                target = canonical_guid(broker_instance)
+        expires = None if lifetime_s is None else self._now_ms() + int(lifetime_s * 1000)
+        conversation_id = str(uuid.uuid4())
+        self.store.begin(conversation_id, service, target, expires)
+        return Dialog(self, conversation_id, True)
+
+    def dialog(self, conversation_id: str, is_initiator: bool) -> Dialog | None:
+        """The dialog side held here (after a restart, say), or None."""
+        if self.store.dialog((conversation_id, is_initiator)) is None:
+            return None
+        return Dialog(self, conversation_id, is_initiator)
+
+    def dialogs(self) -> list[Dialog]:
+        """Every dialog side held here."""
+        return [Dialog(self, row.conversation_id, row.initiator) for row in self.store.dialogs()]
+
+    # --- receiving and the protocol's own work ------------------------------------------------
+
+    def receive(self, timeout_s: float = 1.0, max_messages: int = 100) -> list[Received]:
+        """RECEIVE: up to `max_messages` queued messages, waiting at most `timeout_s` for one."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            taken = self.store.take(max_messages)
+            if taken:
+                return [
+                    Received(
+                        Dialog(self, q.conversation_id, q.initiator),
+                        q.sequence,
+                        q.message_type,
+                        q.body,
+                        q.far_service,
+                    )
+                    for q in taken
+                ]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return []
+            self.pump(min(left, 0.5))
+
+    def messages(self, idle_s: float | None = None) -> Iterator[Received]:
+        """Every message as it comes; ends after `idle_s` without one (None: never)."""
+        idle_since = time.monotonic()
+        while idle_s is None or time.monotonic() - idle_since < idle_s:
+            for message in self.receive(timeout_s=0.5):
+                idle_since = time.monotonic()
+                yield message
+
+    def pump(self, timeout_s: float = 0.0) -> int:
+        """Do the protocol's work once; return how many records arrived.
+
+        Takes what arrived (waiting up to `timeout_s`) and acks it, resends what is due, times out
+        expired dialogs and fires timers.
+        """
+        records = self._consumer.consume(_POLL_BATCH, timeout_s)
+        arrived: list[Incoming] = []
+        acks: list[Incoming] = []
+        for record in records:
+            incoming = self._incoming(record)
+            if incoming is not None:
+                (acks if incoming.message_type == ACKNOWLEDGEMENT else arrived).append(incoming)
+        now_ms = self._now_ms()
+        if acks:
+            freed = self.store.acknowledged(acks, now_ms)
+            self.counts.acked += freed
+        if arrived:
+            due, counts = self.store.arrive(arrived, now_ms)
+            self.counts.add(counts)
+            for ack in due:
+                self._produce_ack(ack, now_ms)
+        if records:
+            # The store holds what they changed: from here a restart need not read them again.
+            self._consumer.commit(asynchronous=True)
+        self._resend(now_ms)
+        self.counts.expired += self.store.expire(now_ms)
+        self.store.fire_timers(now_ms)
+        if time.monotonic() - self._forgotten_at > _FORGET_EVERY_S:
+            self.store.forget_ended(now_ms)
+            self._forgotten_at = time.monotonic()
+        self._producer.poll(0)
+        return len(records)
+
+    def wait_acknowledged(self, timeout_s: float) -> bool:
+        """Pump until every sent message is acked, or `timeout_s` passed; return whether all were."""
+        deadline = time.monotonic() + timeout_s
+        while self.store.unacknowledged():
+            if time.monotonic() > deadline:
+                return False
+            self.pump(0.5)
+        self._producer.flush(10)
+        return True
+
+    def unacknowledged(self) -> int:
+        """How many sent messages await an ack."""
+        return self.store.unacknowledged()
+
+    # --- what the dialogs send ----------------------------------------------------------------
+
+    def _send(self, side: Side, message_type: str, body: bytes) -> int:
+        now_ms = self._now_ms()
+        row, sequence = self.store.send(side, message_type, body, now_ms, now_ms + self._wait_ms(0))
+        self._produce(row, Pending(side[0], side[1], sequence, message_type, body, now_ms, 0))
+        self.counts.sent += 1
+        return sequence
+
+    def _end(self, side: Side) -> None:
+        row = self.store.dialog(side)
+        if row is None or (row.local_ended and row.error is None):
+            return
+        expired = row.expires_ms is not None and row.expires_ms <= self._now_ms()
+        if row.error is not None or expired:
+            self.store.end_locally(side, self._now_ms())
+            return
+        self._send(side, END_DIALOG, b"")
+
+    def _end_with_error(self, side: Side, code: int, description: str) -> None:
+        now_ms = self._now_ms()
+        body = error_body(code, description)
+        row, sequence = self.store.end_with_error(side, now_ms, now_ms + self._wait_ms(0), body)
+        self._produce(row, Pending(side[0], side[1], sequence, ERROR, body, now_ms, 0))
+        self.counts.sent += 1
+
+    def _resend(self, now_ms: int) -> None:
+        due = self.store.due(now_ms)
+        if not due:
+            return
+        resent: list[tuple[Pending, int]] = []
+        rows: dict[Side, DialogRow | None] = {}
+        for pending in due:
+            side = (pending.conversation_id, pending.initiator)
+            if side not in rows:
+                rows[side] = self.store.dialog(side)
+            row = rows[side]
+            if row is None:
+                continue
+            self._produce(row, pending)
+            resent.append((pending, now_ms + self._wait_ms(pending.resends + 1)))
+        self.store.resent(resent)
+        self.counts.resent += len(resent)
+        log.debug("resent %d unacknowledged message(s)", len(resent))
+
+    def _produce(self, row: DialogRow, pending: Pending) -> None:
+        """Produce a sequenced message of `row`; a resend names the dialog's pin as it is now (A2)."""
+        side = f"{row.conversation_id}/{int(row.initiator)}/{pending.sequence}"
+        self._write_message(
+            message_id=str(uuid.uuid5(_MESSAGE_IDS, side)),
+            conversation_id=row.conversation_id,
+            sequence_number=pending.sequence,
+            to_service=row.far_service,
+            to_broker_instance=row.far_broker_instance,
+            is_initiator=row.initiator,
+            message_type=pending.message_type,
+            body=pending.body,
+            time_to_live_ms=None if row.expires_ms is None else max(0, row.expires_ms - pending.enqueued_ms),
+            enqueued_ms=pending.enqueued_ms,
+        )
+
+    def _produce_ack(self, ack: AckDue, now_ms: int) -> None:
+        """A1: an unsequenced ack to the message's sender, carrying this database's broker instance (A2)."""
+        self._write_message(
+            message_id=str(uuid.uuid4()),
+            conversation_id=ack.conversation_id,
+            sequence_number=UNSEQUENCED,
+            to_service=ack.to_service,
+            to_broker_instance=ack.to_broker_instance,
+            is_initiator=ack.initiator,
+            message_type=ACKNOWLEDGEMENT,
+            body=ack_body(ack.through),
+            time_to_live_ms=None,
+            enqueued_ms=now_ms,
+        )
+        self.counts.acks_sent += 1
+
+    def _write_message(self, *, enqueued_ms: int, **fields: Any) -> None:
+        """Produce a message from this service and database to the outbound topic."""
+        record = new_message_record(
+            from_service=self.service,
+            from_broker_instance=self.database.broker_instance,
+            origin_database=self.database.name,
+            enqueued_at=datetime.fromtimestamp(enqueued_ms / 1000, timezone.utc),
+            **fields,
+        )
+        self._write(str(fields["conversation_id"]), encode_message(record))
+
+    def _write(self, key: str, value: bytes) -> None:
+        while True:
+            try:
+                self._producer.produce(
+                    self.outbound, value=value, key=key.encode("utf-8"), on_delivery=_delivered
+                )
+                return
+            except BufferError:  # the producer's queue is full: let it send, then try again
+                self._producer.poll(0.1)
+
+    def _incoming(self, record: KafkaMessage) -> Incoming | None:
+        error = record.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                log.warning("reading %s: %s", self.queue, error.str())
+            return None
+        try:
+            message = decode_message(record.value())
+        except MalformedRecord as exc:
+            self.counts.malformed += 1
+            log.warning("%s offset %s: skipped: %s", self.queue, record.offset(), exc)
+            return None
+        expires = message.get("expires_at")
+        return Incoming(
+            conversation_id=str(message["conversation_id"]),
+            sequence=int(message["sequence_number"]),
+            from_initiator=bool(message["is_initiator"]),
+            from_service=str(message["from_service"]),
+            from_broker_instance=message.get("from_broker_instance"),
+            message_type=str(message["message_type"]),
+            body=bytes(message["body"]),
+            expires_ms=None if expires is None else int(_as_datetime(expires).timestamp() * 1000),
+        )
+
+    def _wait_ms(self, resends: int) -> int:
+        return int(retry_wait_s(resends, self.retry_first_s, self.retry_cap_s) * 1000)
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+
+def _as_datetime(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return datetime.fromtimestamp(int(value) / 1000, timezone.utc)
+
+
+def _delivered(error: KafkaError | None, message: KafkaMessage) -> None:
+    if error is not None:  # the message stays unacked and is resent (A3)
+        log.warning(
+            "a message for %s was not written: %s; it is resent when due", message.topic(), error.str()
+        )
+
+
+def _database(kafka: Kafka, prefix: str, instance: str, database: str, service: str) -> Database:
+    """The endpoint's database from the catalogs topic; ConfigError naming what is missing."""
+    topic = topics.catalogs_topic(prefix)
+    catalogs = {i.name: i for i in read_catalog_table(kafka, topic).values()}
+    found = catalogs.get(instance)
+    if found is None:
+        raise ConfigError(
+            f"instance {instance!r} is not in the catalogs topic {topic!r} (found {sorted(catalogs)}); "
+            "load it with `router catalogs load FILE`"
+        )
+    db = found.database(database)
+    if db is None:
+        raise ConfigError(
+            f"database {database!r} is not in instance {instance}'s catalog "
+            f"(found {[d.name for d in found.databases]})"
+        )
+    if service not in db.services:
+        raise ConfigError(
+            f"service {service!r} is not hosted by {instance}/{database} "
+            f"(its services: {list(db.services)}); add it to the database's services in the catalog"
+        )
+    return db
