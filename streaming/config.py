@@ -3,6 +3,7 @@
 A settings file is YAML; every key is optional but `instance`:
 
     instance: i1                      # the instance whose traffic this job routes (catalog name)
+    instances: [a, b]                 # or several instances, routed by one query (instead of `instance`)
     bootstrap: 127.0.0.1:19092        # Kafka bootstrap servers (env ROUTER_BOOTSTRAP overrides)
     topic_prefix: router              # topic namespace, 1 to 150 of [A-Za-z0-9._-] (streaming.topics)
     checkpoint_dir: .state/checkpoints/i1
@@ -13,6 +14,12 @@ A settings file is YAML; every key is optional but `instance`:
     keep_choice_s: 3600               # how long an unpinned conversation keeps its chosen route (K2); 0 = off
     kafka: {}                         # security: streaming/kafka/connection.py (every client uses it)
     kafka_options: {}                 # extra `kafka.*` tuning options for the Spark source and sink only
+
+With `instances`, one streaming query (one JVM) routes several instances: each message is decided
+by its own instance's tables and catalog, and the instances' topics stay apart, so a chain of
+instances does not need a JVM per instance on a small machine. Their catalogs must give one retry_s
+(the state processor's timer is one per query). The job's name (and the default checkpoint folder)
+is the first instance's.
 
 `bootstrap` and `kafka` make the one `KafkaConnection` that Spark, the AdminClient, the table
 readers and writers and every command connect with. `kafka_options` may not hold connection
@@ -42,6 +49,7 @@ CONFIG_ENV = "ROUTER_CONFIG"
 """The settings file of a command not given `--config` (`streaming.commands.common.config_path`)."""
 _KNOWN = {
     "instance",
+    "instances",
     "bootstrap",
     "topic_prefix",
     "checkpoint_dir",
@@ -61,6 +69,7 @@ class Settings:
     """Everything a router job needs to know, fixed for its lifetime."""
 
     instance: str
+    """The first (or only) instance the job routes: its name, and its default checkpoint folder."""
     kafka: KafkaConnection = KafkaConnection(DEFAULT_BOOTSTRAP)
     topic_prefix: str = DEFAULT_PREFIX
     checkpoint_dir: Path = Path(".state/checkpoints")
@@ -70,6 +79,13 @@ class Settings:
     shuffle_partitions: int = 2
     keep_choice_s: float = 3600.0
     kafka_options: Mapping[str, str] = field(default_factory=dict)
+    also_routes: tuple[str, ...] = ()
+    """The other instances the one query routes (`instances` after the first)."""
+
+    @property
+    def instances(self) -> tuple[str, ...]:
+        """Every instance the query routes, the first one first."""
+        return (self.instance, *self.also_routes)
 
     def describe(self) -> str:
         """One line for logs, with secret-looking Kafka options masked."""
@@ -78,7 +94,7 @@ class Settings:
             for k, v in self.kafka_options.items()
         }
         return (
-            f"instance={self.instance} kafka={self.kafka.describe()} prefix={self.topic_prefix} "
+            f"instance={','.join(self.instances)} kafka={self.kafka.describe()} prefix={self.topic_prefix} "
             f"checkpoint={self.checkpoint_dir} trigger={self.trigger_seconds}s master={self.spark_master} "
             f"kafka_options={options}"
         )
@@ -97,6 +113,8 @@ def _read(path: str | Path | None, overrides: Mapping[str, Any]) -> dict[str, An
             loaded = {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"{p}: expected a mapping of settings, got {type(loaded).__name__}")
+        if "instance" in loaded and "instances" in loaded:
+            raise ConfigError(f"{p}: give `instance` or `instances`, not both")
         unknown = sorted(set(loaded) - _KNOWN)
         if unknown:
             raise ConfigError(f"{p}: unknown setting(s) {unknown}; known: {sorted(_KNOWN)}")
@@ -128,16 +146,35 @@ def load_connection(path: str | Path | None = None, bootstrap: str | None = None
     return _connection(raw, str(path) if path is not None else "settings")
 
 
+def _instances(raw: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    """`instance`, or the list `instances` (a `--instance` given on the command line wins)."""
+    single, several = raw.get("instance"), raw.get("instances")
+    if single is not None:
+        if not isinstance(single, str) or not single:
+            raise ConfigError(f"{where}: instance: expected an instance's catalog name, got {single!r}")
+        return (single,)
+    if several is None:
+        raise ConfigError(
+            f"{where}: `instance` (or `instances`, a list) is required: the catalog name of the instance to "
+            "route for"
+        )
+    if not isinstance(several, list) or not several or not all(isinstance(n, str) and n for n in several):
+        raise ConfigError(f"{where}: instances: expected a list of instance names, got {several!r}")
+    if len(set(several)) != len(several):
+        raise ConfigError(f"{where}: instances: an instance is named twice in {several}")
+    return tuple(several)
+
+
 def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     """Read a settings file (or none), apply environment and explicit overrides, validate."""
     raw = _read(path, overrides)
     where = str(path) if path is not None else "settings"
-    instance = raw.get("instance")
-    if not isinstance(instance, str) or not instance:
-        raise ConfigError(f"{where}: `instance` is required (the catalog name of the instance to route for)")
+    names = _instances(raw, where)
+    instance = names[0]
     try:
         settings = Settings(
             instance=instance,
+            also_routes=names[1:],
             kafka=_connection(raw, where),
             topic_prefix=str(raw.get("topic_prefix", DEFAULT_PREFIX)),
             checkpoint_dir=Path(raw.get("checkpoint_dir", Path(".state/checkpoints") / instance)),

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     job = RouterJob(spark, settings, count_jobs=args.verbose)
     if stop.is_set():
         return 0
-    say(f"routing instance {settings.instance}; Ctrl-C stops it")
+    say(f"routing instance {', '.join(settings.instances)}; Ctrl-C stops it")
     abandoned = job.run(stop, on_batch=lambda report: say(report.line()))
     if stop.is_set():
         cut = (

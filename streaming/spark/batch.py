@@ -35,6 +35,7 @@ from pyspark.sql.types import StructType
 from streaming.errors import RouterError
 from streaming.spark.engine import BEHIND, BatchContext, Snapshot, apply_behind, decide, decide_each
 from streaming.spark.output import (
+    HOME_COLUMN,
     Destinations,
     batch_metrics,
     destination_topic,
@@ -57,7 +58,8 @@ class BatchMetrics:
     dead_lettered: int = 0
     released: int = 0
     outcomes: Mapping[str, int] = field(default_factory=dict)
-    requests: frozenset[tuple[str, str]] = frozenset()
+    requests: frozenset[tuple[str, str, str]] = frozenset()
+    """(instance, scope, service) of each MissingRoute request the batch made (B3)."""
     unavailable: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -74,7 +76,7 @@ class BatchMetrics:
             dead_lettered=int(values.get("dead_lettered") or 0),
             released=int(values.get("released") or 0),
             outcomes={o: int(values.get(o) or 0) for o in outcomes},
-            requests=frozenset((r[0], r[1]) for r in values.get("requests") or ()),
+            requests=frozenset((r[0], r[1], r[2]) for r in values.get("requests") or ()),
             unavailable={r[0]: r[1] for r in values.get("unavailable") or ()},
         )
 
@@ -121,6 +123,8 @@ class BatchPlan:
         def prepared(batch: DataFrame) -> DataFrame:
             return batch.withColumns(
                 {
+                    # Whose topics a record came from: its dead letter goes to that instance's.
+                    HOME_COLUMN: F.col("instance"),
                     # A record that does not decode belongs to no instance: no lookup finds anything.
                     "instance": F.when(F.col("error").isNull(), F.col("instance")),
                     "ttl_s": remaining_ttl_s(F.col("batch_ms")),

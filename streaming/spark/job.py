@@ -1,4 +1,4 @@
-"""The Spark Structured Streaming job that routes one instance's traffic.
+"""The Spark Structured Streaming job that routes one instance's traffic (or several instances').
 
 The data's path, each step in its module:
 
@@ -84,17 +84,18 @@ def _short_error(error: BaseException) -> str:
 
 
 def load_topology(settings: Settings) -> Topology:
-    """Read the catalogs topic and find this instance; every other instance is an inbound address."""
+    """Read the catalogs topic and find the job's instances; every instance is an inbound address."""
     table = read_catalog_table(settings.kafka, topics.catalogs_topic(settings.topic_prefix))
     by_name = {i.name: i for i in table.values()}
-    if settings.instance not in by_name:
+    missing = [name for name in settings.instances if name not in by_name]
+    if missing:
         raise ConfigError(
-            f"instance {settings.instance!r} is not in the catalogs topic "
+            f"instance(s) {', '.join(map(repr, missing))} not in the catalogs topic "
             f"{topics.catalogs_topic(settings.topic_prefix)!r} (found {sorted(by_name)}); "
             "load it with `router catalogs load FILE`"
         )
     return Topology(
-        instance=by_name[settings.instance],
+        instances=tuple(by_name[name] for name in settings.instances),
         prefix=settings.topic_prefix,
         inbound_by_address={
             normalize_address(i.address): topics.inbound_topic(i.name, settings.topic_prefix)
@@ -108,18 +109,18 @@ def _now() -> datetime:
 
 
 class RouterJob:
-    """One instance's router: the streaming query and the work of each micro-batch."""
+    """The router of one instance, or of several in one query: the query and each micro-batch's work."""
 
     def __init__(self, spark: SparkSession, settings: Settings, *, count_jobs: bool = False) -> None:
         self.spark = spark
         self.settings = settings
         self.topology = t = load_topology(settings)
         kafka = settings.kafka
-        ensure_topics(kafka, [t.outbound, t.inbound, t.dropped, t.deadletter])
-        ensure_topics(kafka, [t.delayed], config={"message.timestamp.type": "LogAppendTime"})
+        ensure_topics(kafka, [*t.outbound, *t.inbound, *t.dropped, *t.deadletter])
+        ensure_topics(kafka, t.delayed, config={"message.timestamp.type": "LogAppendTime"})
         ensure_topics(
             kafka,
-            [topics.routes_topic(t.prefix), topics.mirrors_topic(t.prefix), t.choices, t.requests],
+            [topics.routes_topic(t.prefix), topics.mirrors_topic(t.prefix), *t.choices, *t.requests],
             compacted=True,
         )
         # Route nothing before the whole routes topic has been read once.
@@ -178,7 +179,7 @@ class RouterJob:
             input_stream(self.spark, self.settings, self.topology)
             .writeStream.foreachBatch(self.process_batch)
             .option("checkpointLocation", str(self.checkpoint))
-            .queryName(f"router-{self.topology.instance.name}")
+            .queryName(f"router-{self.topology.name}")
             .trigger(processingTime=interval)
             .start()
         )
@@ -222,7 +223,7 @@ class RouterJob:
         t = self.topology
         targets = {
             (topic, partition): offset
-            for topic in (t.outbound, t.inbound)
+            for topic in (*t.outbound, *t.inbound)
             for partition, offset in end_offsets(self.settings.kafka, topic).items()
         }
         query = self.start(bounded=True)
@@ -246,7 +247,7 @@ class RouterJob:
             self._report(query, on_batch)
         self._raise_if_failed(query)
         if not finished:
-            raise RouterError(f"the {t.instance.name} replay did not finish within {timeout_s} s")
+            raise RouterError(f"the {t.name} replay did not finish within {timeout_s} s")
 
     def _caught_up(self, progress: dict[str, Any], targets: dict[tuple[str, int], int]) -> bool:
         """The inputs are read up to `targets`; then what the run wrote back by then is read too.
@@ -258,7 +259,7 @@ class RouterJob:
         if any(read.get(tp, 0) < offset for tp, offset in targets.items()):
             return False
         t = self.topology
-        written_back = [t.delayed, *([t.choices] if self.settings.keep_choice_s > 0 else [])]
+        written_back = [*t.delayed, *(t.choices if self.settings.keep_choice_s > 0 else [])]
         for topic in written_back:
             for partition, offset in end_offsets(self.settings.kafka, topic).items():
                 targets.setdefault((topic, partition), offset)
@@ -288,7 +289,7 @@ class RouterJob:
     def _raise_if_failed(self, query: StreamingQuery) -> None:
         error = query.exception()
         if error is not None and STOPPED not in str(error):
-            raise RouterError(f"the {self.topology.instance.name} router failed: {_short_error(error)}")
+            raise RouterError(f"the {self.topology.name} router failed: {_short_error(error)}")
 
     def _report(self, query: StreamingQuery, on_batch: Callable[[BatchReport], None] | None) -> None:
         """Hand on each batch's report once Spark's progress report of it (the lag) is there."""
@@ -306,7 +307,7 @@ class RouterJob:
             if self._counter is not None:
                 jobs, stages, _, _ = self._counter.take(str(query.id), batch_id)
             t = self.topology
-            report = replace(report, lag=lag(progress, {t.outbound, t.inbound}), jobs=jobs, stages=stages)
+            report = replace(report, lag=lag(progress, {*t.outbound, *t.inbound}), jobs=jobs, stages=stages)
             # The batch was written: Kafka answered what it asked since it began.
             self._outage.answered(log, report.started)
             if on_batch is not None:
@@ -347,7 +348,7 @@ class RouterJob:
         now_ms = int(now.timestamp() * 1000)
         if snapshot is not self._answered_at:
             # B6, B7: a request ends once a route naming its service appears in its scope.
-            self.requests.end_answered(self.snapshots.routes.routes, now_ms)
+            self.requests.end_answered(self.snapshots.routes.instance_routes, now_ms)
             self._answered_at = snapshot
         planned = time.monotonic()
         plan = self._plan_for(snapshot, batch)
@@ -373,8 +374,7 @@ class RouterJob:
         unavailable = dict(self.snapshots.unavailable)
         key = (id(snapshot), pending, tuple(sorted(unavailable.items())))
         if self._plan is None or key != self._plan_key:
-            name = self.topology.instance.name
-            context = batch_context(self.spark, pending=frozenset((name, s, v) for s, v in pending))
+            context = batch_context(self.spark, pending=pending)
             self._plan = BatchPlan(
                 self.spark,
                 batch,
@@ -391,7 +391,7 @@ class RouterJob:
         for topic, error in metrics.unavailable.items():
             if topic not in self._warned:
                 self._warned.add(topic)
-                dropped = self.topology.dropped
+                dropped = " or ".join(self.topology.dropped)
                 log.warning("messages for %s go to %s (destination_unavailable): %s", topic, dropped, error)
 
 
@@ -406,7 +406,7 @@ def run_until_drained(
     Each replay reads what the last one delayed into the state and routes the conversations that
     are due (D2). Returns how many delayed messages still wait.
     """
-    retry_s = job.topology.instance.retry_s
+    retry_s = job.topology.retry_s
     deadline = time.monotonic() + max_wait_s
     stop = stop or threading.Event()
     while True:

@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
 
+from streaming import topics
 from streaming.kafka.avro import schema_json
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, MISSING_ROUTE_MESSAGE_TYPE
 from streaming.spark.engine import KEPT_COLUMNS, normalize_address_sql
@@ -40,6 +41,10 @@ from streaming.spark.topic_names import network_topic_sql, queue_topic_sql
 DESTINATION_UNAVAILABLE = "destination_unavailable"
 """The reason of a message whose destination topic could not be created or written."""
 
+HOME_COLUMN = "home_instance"
+"""The instance whose topic a row was read from, kept for a record that does not decode (whose
+`instance` the batch clears, so that no lookup of the decision finds anything for it)."""
+
 HEADER_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 RECORD_FIELDS = ("key", "value", "topic", "headers")
 _TIME_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
@@ -47,7 +52,7 @@ _TIME_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
 
 @dataclass(frozen=True)
 class Destinations:
-    """Where a batch's records go: the instance's topics, and the destinations it cannot write."""
+    """Where a batch's records go: the instances' topics, and the destinations it cannot write."""
 
     topology: Topology
     unavailable: Mapping[str, str] = field(default_factory=dict)
@@ -92,12 +97,17 @@ def destination_topic(t: Topology) -> Column:
     return (
         F.when(
             outcome == "deliver",
-            queue_topic_sql(t.instance.name, F.col("d_database"), F.col("service"), t.prefix),
+            queue_topic_sql(_instance_name(t), F.col("d_database"), F.col("service"), t.prefix),
         )
         .when(outcome.isin("send", "forward"), F.coalesce(known, network_topic_sql(address, t.prefix)))
-        .when(outcome == "delayed", F.lit(t.delayed))
-        .otherwise(F.lit(t.dropped))
+        .when(outcome == "delayed", t.topic_for(topics.delayed_topic))
+        .otherwise(t.topic_for(topics.dropped_topic))
     )
+
+
+def _instance_name(t: Topology) -> Column | str:
+    """The instance a row is routed for: a literal when the query routes one."""
+    return t.instances[0].name if len(t.instances) == 1 else F.col("instance")
 
 
 def _message_value() -> Column:
@@ -153,8 +163,8 @@ def output_records(decided: DataFrame, d: Destinations, snapshot_version: str) -
             ("requests", F.col("requests")),
             ("snapshot_version", F.lit(snapshot_version)),
             ("decided_at", decided_at),
-            ("router_instance", F.lit(t.instance.name)),
-            ("due_at", F.when(outcome == "delayed", _now_text(t.instance.retry_s))),
+            ("router_instance", F.col("instance")),
+            ("due_at", F.when(outcome == "delayed", _now_text(t.retry_s))),
             # K2: a delayed message takes its conversation's kept choice along (read back into the state).
             *[(c, F.when(outcome == "delayed", F.col(c))) for c in KEPT_COLUMNS],
         ]
@@ -163,20 +173,23 @@ def output_records(decided: DataFrame, d: Destinations, snapshot_version: str) -
     message = _record(
         F.col("conversation_id"),
         _message_value(),
-        F.when(F.col("_unavailable").isNotNull(), F.lit(t.dropped)).otherwise(F.col("_dest")),
+        F.when(F.col("_unavailable").isNotNull(), t.topic_for(topics.dropped_topic)).otherwise(
+            F.col("_dest")
+        ),
         F.when(F.col("_unavailable").isNotNull(), F.concat(message_headers, refused_headers)).otherwise(
             message_headers
         ),
     )
+    home = F.col(HOME_COLUMN)
     source_topic = (
-        F.when(F.col("source") == SOURCE_DELAYED, F.lit(t.delayed))
-        .when(F.col("source") == SOURCE_INBOUND, F.lit(t.inbound))
-        .otherwise(F.lit(t.outbound))
+        F.when(F.col("source") == SOURCE_DELAYED, t.topic_for(topics.delayed_topic, home))
+        .when(F.col("source") == SOURCE_INBOUND, t.topic_for(topics.inbound_topic, home))
+        .otherwise(t.topic_for(topics.outbound_topic, home))
     )
     dead_letter = _record(
         F.lit(None),
         F.col("value"),
-        F.lit(t.deadletter),
+        t.topic_for(topics.deadletter_topic, home),
         headers(
             [
                 ("error", F.col("error")),
@@ -189,14 +202,24 @@ def output_records(decided: DataFrame, d: Destinations, snapshot_version: str) -
     )
     choice = F.when(
         good & F.col(FIRST_COLUMN) & F.col("k_change").isNotNull(),
-        _record(choice_key(), choice_value(), F.lit(t.choices), headers([("change", F.col("k_change"))])),
+        _record(
+            choice_key(),
+            choice_value(),
+            t.topic_for(topics.choices_topic),
+            headers([("change", F.col("k_change"))]),
+        ),
     )
     asks = good & F.col("requests").isNotNull()
     request_id = F.col("_request_id")
     request_message = F.when(
-        asks, _record(request_id, _missing_route_message(request_id), F.lit(t.outbound), headers([]))
+        asks,
+        _record(
+            request_id, _missing_route_message(request_id), t.topic_for(topics.outbound_topic), headers([])
+        ),
     )
-    request_record = F.when(asks, _record(_request_key(t), _request_value(t), F.lit(t.requests), headers([])))
+    request_record = F.when(
+        asks, _record(_request_key(), _request_value(), t.topic_for(topics.requests_topic), headers([]))
+    )
     records = F.array(F.when(good, message).otherwise(dead_letter), choice, request_message, request_record)
     # B3: the request message's id: the asking message's id and the batch's time.
     new_id = F.concat_ws("-", F.lit("missing-route"), F.col("id"), F.col("batch_ms").cast("string"))
@@ -240,15 +263,15 @@ def _missing_route_message(request_id: Column) -> Column:
     return to_avro(record, schema_json("message"))
 
 
-def _request_key(t: Topology) -> Column:
+def _request_key() -> Column:
     """The key of a request record: instance, scope and service (`streaming.spark.requests`)."""
-    return F.concat_ws("\u0000", F.lit(t.instance.name), F.col("d_scope"), F.col("requests"))
+    return F.concat_ws("\u0000", F.col("instance"), F.col("d_scope"), F.col("requests"))
 
 
-def _request_value(t: Topology) -> Column:
+def _request_value() -> Column:
     return F.to_json(
         F.struct(
-            F.lit(t.instance.name).alias("instance"),
+            F.col("instance").alias("instance"),
             F.col("d_scope").alias("scope"),
             F.col("requests").alias("service"),
             F.lit(True).alias("asked"),
@@ -268,9 +291,9 @@ def batch_metrics(decided: DataFrame) -> list[Column]:
             F.count_if(good & (outcome == o)).alias(o)
             for o in ("deliver", "send", "forward", "delayed", "dropped", "discarded")
         ],
-        F.collect_set(F.when(good & F.col("requests").isNotNull(), F.struct("d_scope", "requests"))).alias(
-            "requests"
-        ),
+        F.collect_set(
+            F.when(good & F.col("requests").isNotNull(), F.struct("instance", "d_scope", "requests"))
+        ).alias("requests"),
         F.collect_set(F.when(F.col("_unavailable").isNotNull(), F.struct("_dest", "_unavailable"))).alias(
             "unavailable"
         ),

@@ -1,5 +1,7 @@
 """B4 on the driver: the MissingRoute requests outstanding, one at a time per (scope, service).
 
+Each instance the query routes has its own requests (and its own requests topic).
+
 A handful of requests can be outstanding at once, so they live on the driver, with the rules of
 `streaming.rules.memory.Requests`, and on the instance's compacted requests topic (key: instance,
 scope and service; a JSON value saying whether a request is outstanding): the job reads the topic
@@ -18,8 +20,9 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from streaming import topics
 from streaming.config import Settings
-from streaming.rules.memory import Request, Requests
+from streaming.rules.memory import Requests
 from streaming.rules.model import Route
 from streaming.spark.sources import Topology
 from streaming.tables.reader import TableReader
@@ -66,45 +69,60 @@ class _RequestRecords:
         return record
 
 
+InstanceRequest = tuple[str, str, str]
+"""A request of one instance's table: (instance, scope, service)."""
+
+
 class OutstandingRequests:
-    """The instance's outstanding MissingRoute requests (see the module docstring)."""
+    """The outstanding MissingRoute requests of the instances a query routes (see the module docstring)."""
 
     def __init__(self, settings: Settings, topology: Topology) -> None:
         self.settings = settings
         self.topology = topology
-        self.memory = Requests()
-        with TableReader(settings.kafka, topology.requests, _RequestRecords()) as reader:
-            reader.read_to_end()
-            for row in reader.values():
-                if row.instance == topology.instance.name:
-                    self.memory = self.memory.record((row.scope, row.service), row.asked, 0)
+        self.memory: dict[str, Requests] = {i.name: Requests() for i in topology.instances}
+        for topic in topology.requests:
+            with TableReader(settings.kafka, topic, _RequestRecords()) as reader:
+                reader.read_to_end()
+                for row in reader.values():
+                    if row.instance in self.memory:
+                        held = self.memory[row.instance]
+                        self.memory[row.instance] = held.record((row.scope, row.service), row.asked, 0)
 
     @property
-    def pending(self) -> frozenset[Request]:
-        """(scope, service) of every request outstanding."""
-        return self.memory.pending
-
-    def asked(self, requests: Iterable[Request], at_ms: int) -> bool:
-        """A batch made these requests (its records are written); return whether any is new."""
-        before = self.memory.pending
-        for request in requests:
-            self.memory = self.memory.record(request, True, at_ms)
-        return self.memory.pending != before
-
-    def end_answered(self, routes: Iterable[Route], at_ms: int) -> list[Request]:
-        """B6, B7: end the requests a route now answers; write their records; return them."""
-        by_scope: dict[str, list[str | None]] = {}
-        for route in routes:
-            by_scope.setdefault(route.scope, []).append(route.service)
-        answered = sorted(self.memory.answered(by_scope))
-        if not answered:
-            return []
-        name = self.topology.instance.name
-        records = [RequestRecord(name, scope, service, False) for scope, service in answered]
-        produce_records(
-            self.settings.kafka, self.topology.requests, [(r.key(), r.value(), None) for r in records]
+    def pending(self) -> frozenset[InstanceRequest]:
+        """(instance, scope, service) of every request outstanding."""
+        return frozenset(
+            (name, scope, service) for name, m in self.memory.items() for scope, service in m.pending
         )
-        for request in answered:
-            self.memory = self.memory.record(request, False, at_ms)
-        log.info("MissingRoute request(s) answered by a route: %s", answered)
+
+    def asked(self, requests: Iterable[InstanceRequest], at_ms: int) -> bool:
+        """A batch made these requests (its records are written); return whether any is new."""
+        before = self.pending
+        for instance, scope, service in requests:
+            if instance in self.memory:
+                self.memory[instance] = self.memory[instance].record((scope, service), True, at_ms)
+        return self.pending != before
+
+    def end_answered(self, routes: Iterable[tuple[str, Route]], at_ms: int) -> list[InstanceRequest]:
+        """B6, B7: end the requests a route of their instance's table now answers; write their records."""
+        by_instance: dict[str, dict[str, list[str | None]]] = {}
+        for instance, route in routes:
+            by_instance.setdefault(instance, {}).setdefault(route.scope, []).append(route.service)
+        answered: list[InstanceRequest] = []
+        for name, memory in self.memory.items():
+            found = sorted(memory.answered(by_instance.get(name, {})))
+            if not found:
+                continue
+            records = [RequestRecord(name, scope, service, False) for scope, service in found]
+            produce_records(
+                self.settings.kafka,
+                topics.requests_topic(name, self.topology.prefix),
+                [(r.key(), r.value(), None) for r in records],
+            )
+            for request in found:
+                memory = memory.record(request, False, at_ms)
+            self.memory[name] = memory
+            answered += [(name, scope, service) for scope, service in found]
+        if answered:
+            log.info("MissingRoute request(s) answered by a route: %s", answered)
         return answered

@@ -9,7 +9,7 @@ when the routes or roles changed, or when a route's lifetime ended (R6), so a ro
 seen by the first micro-batch after it arrives.
 
 The topics a snapshot can route to are known from it: the queue of every service of the
-instance's databases, the inbound topic of every instance in the catalogs, the topic of every
+instances' databases, the inbound topic of every instance in the catalogs, the topic of every
 network address of a route, and the delayed and dropped topics. They are created when the
 snapshot changes, not per batch; a topic the broker refuses is remembered with its error, and
 the messages for it are dropped with the reason `destination_unavailable` (one warning per
@@ -44,15 +44,15 @@ class TopicCreator(Protocol):
         ...
 
 
-def reachable_topics(topology: Topology, routes: Iterable[Route]) -> list[str]:
-    """Every destination topic a snapshot of `routes` can route the instance's messages to."""
+def reachable_topics(topology: Topology, routes: Iterable[tuple[str, Route]]) -> list[str]:
+    """Every destination topic a snapshot of (instance, route) pairs can route the messages to."""
     t = topology
-    instance = t.instance
-    names = {t.delayed, t.dropped, *t.inbound_by_address.values()}
-    for database in instance.databases:
-        for service in database.services:
-            names.add(topics.queue_topic(instance.name, database.name, service, t.prefix))
-    for route in routes:
+    names = {*t.delayed, *t.dropped, *t.inbound_by_address.values()}
+    for instance in t.instances:
+        for database in instance.databases:
+            for service in database.services:
+                names.add(topics.queue_topic(instance.name, database.name, service, t.prefix))
+    for _, route in routes:
         for address in (route.address, route.mirror_address):
             if address is None or route.is_local or route.is_transport:
                 continue
@@ -71,13 +71,11 @@ class RouteSnapshots:
         self.spark = spark
         self.topology = topology
         self.create_topics = create_topics
-        name = topology.instance.name
-        databases = {name: [d.name for d in topology.instance.databases]}
         self.routes = RouteTableReader(
             settings.kafka,
             topics.routes_topic(settings.topic_prefix),
-            instance=name,
-            databases=databases,
+            instance=[i.name for i in topology.instances],
+            databases={i.name: [d.name for d in i.databases] for i in topology.instances},
         )
         self.mirrors = MirrorTableReader(settings.kafka, topics.mirrors_topic(settings.topic_prefix))
         self.current: Snapshot | None = None
@@ -99,23 +97,22 @@ class RouteSnapshots:
         changed = self.mirrors.poll() or changed
         if self.current is not None and not changed and not self._stale and self.current.holds_at(now):
             return self.current
-        routes = [r for r in self.routes.routes if r.is_active(now)]
-        name = self.topology.instance.name
-        pairs = [(name, r) for r in routes]
+        pairs = [(name, r) for name, r in self.routes.instance_routes if r.is_active(now)]
+        instances = {i.name: i for i in self.topology.instances}
         version = f"routes@{self.routes.version} mirrors@{self.mirrors.version}"
         snapshot = build_snapshot(
             self.spark,
-            {name: self.topology.instance},
+            instances,
             route_frame(self.spark, pairs),
             now=now,
-            flags=snapshot_flags(pairs, {name: self.topology.instance}, now),
-            mirrors={name: self.mirrors.roles},
+            flags=snapshot_flags(pairs, instances, now),
+            mirrors={name: self.mirrors.roles for name in instances},
             version=version,
             cache=True,
         )
-        self.ensure_reachable(reachable_topics(self.topology, routes))
+        self.ensure_reachable(reachable_topics(self.topology, pairs))
         self.current, self._stale = snapshot, False
-        log.info("route snapshot %s: %d active routes", version, len(routes))
+        log.info("route snapshot %s: %d active routes", version, len(pairs))
         return snapshot
 
     def ensure_reachable(self, names: list[str]) -> dict[str, str]:
@@ -130,7 +127,7 @@ class RouteSnapshots:
                 "destination_unavailable",
                 topic,
                 error,
-                self.topology.dropped,
+                " or ".join(self.topology.dropped),
             )
         self.unavailable.update(refused)
         self._created.update(n for n in new if n not in refused)

@@ -1,21 +1,23 @@
 """The streaming query's inputs, up to where a micro-batch is decided.
 
-Sources (the Spark Kafka connector): the instance's outbound topic (messages its own services send;
-origin = the sending database) and inbound topic (messages from other instances; origin = remote,
-whatever the record claims), limited per micro-batch by `max_offsets_per_trigger`; the delayed and
-choices topics, which the micro-batches write and the query reads back into the conversation
-memory; and Spark's rate source as a one-row-per-second tick, so that a micro-batch runs, and
-delayed messages fall due, even when no traffic arrives.
+Sources (the Spark Kafka connector), for each instance the query routes: its outbound topic
+(messages its own services send; origin = the sending database) and inbound topic (messages from
+other instances; origin = remote, whatever the record claims), limited per micro-batch by
+`max_offsets_per_trigger`; its delayed and choices topics, which the micro-batches write and the
+query reads back into the conversation memory; and Spark's rate source as a one-row-per-second
+tick, so that a micro-batch runs, and delayed messages fall due, even when no traffic arrives.
 
 Every record is decoded with `from_avro` into the few columns the rules read (`MESSAGE_COLUMNS`);
 the record itself travels on as its original bytes (`value`), so the state processor and the
-rules carry no decoded payload. A record that does not decode, or names no database of this
-instance as its origin, gets an `error` and a group of its own (it is dead-lettered by the batch).
-The state processor (`streaming.spark.state`) then gives each message its conversation's memory.
+rules carry no decoded payload; its `instance` is the one whose topic it was read from. A record
+that does not decode, or names no database of its instance as its origin, gets an `error` and a
+group of its own (it is dead-lettered by the batch). The state processor (`streaming.spark.state`)
+then gives each message its conversation's memory.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -24,7 +26,7 @@ from pyspark.sql.avro.functions import from_avro
 
 from streaming import topics
 from streaming.config import Settings
-from streaming.errors import RouterError
+from streaming.errors import ConfigError, RouterError
 from streaming.kafka.avro import schema_json
 from streaming.rules.model import Instance
 from streaming.spark.engine import KEPT_COLUMNS
@@ -37,49 +39,90 @@ SOURCE_DELAYED, SOURCE_OUTBOUND, SOURCE_INBOUND = 0, 1, 2
 MESSAGE_LIMIT = "max_offsets_per_trigger"
 
 
+TopicKind = Callable[[str, str], str]
+"""A topic of an instance, by instance name and prefix (`streaming.topics.outbound_topic`, ...)."""
+
+
 @dataclass(frozen=True)
 class Topology:
-    """The instance's catalog and every topic name its job reads or writes."""
+    """The catalogs of the instances a query routes, and every topic name it reads or writes.
 
-    instance: Instance
+    One query can route several instances (`Settings.instances`): a row's `instance` column names
+    whose it is, from the topic it was read from, and its own topics (delayed, dropped, ...) are
+    that instance's (`topic_for`).
+    """
+
+    instances: tuple[Instance, ...]
     prefix: str
     inbound_by_address: dict[str, str]
     """The inbound topic of every instance in the catalogs, by its normalized address."""
 
-    @property
-    def outbound(self) -> str:
-        """The topic the instance's services write to."""
-        return topics.outbound_topic(self.instance.name, self.prefix)
+    def __post_init__(self) -> None:
+        if not self.instances:
+            raise ConfigError("a router query routes at least one instance")
+        retries = {i.retry_s for i in self.instances}
+        if len(retries) > 1:
+            given = ", ".join(f"{i.name}: {i.retry_s:g} s" for i in self.instances)
+            raise ConfigError(
+                f"the instances one query routes must have one retry_s in their catalogs, got {given}; "
+                "give them the same, or route them in separate jobs"
+            )
 
     @property
-    def inbound(self) -> str:
-        """The topic other instances write to."""
-        return topics.inbound_topic(self.instance.name, self.prefix)
+    def name(self) -> str:
+        """The instances' names, joined by `+` (for logs and the query's name)."""
+        return "+".join(i.name for i in self.instances)
 
     @property
-    def delayed(self) -> str:
+    def retry_s(self) -> float:
+        """D2: how long a delayed conversation waits before it is routed again (one per query)."""
+        return self.instances[0].retry_s
+
+    def topics(self, kind: TopicKind) -> list[str]:
+        """That topic of every instance the query routes, in order."""
+        return [kind(i.name, self.prefix) for i in self.instances]
+
+    def topic_for(self, kind: TopicKind, instance: Column | None = None) -> Column:
+        """That topic of the instance a row names (`instance`, by default the `instance` column)."""
+        if len(self.instances) == 1:
+            return F.lit(kind(self.instances[0].name, self.prefix))
+        pairs = [F.lit(x) for i in self.instances for x in (i.name, kind(i.name, self.prefix))]
+        return F.element_at(F.create_map(*pairs), instance if instance is not None else F.col("instance"))
+
+    @property
+    def outbound(self) -> list[str]:
+        """The topics the instances' services write to."""
+        return self.topics(topics.outbound_topic)
+
+    @property
+    def inbound(self) -> list[str]:
+        """The topics other instances write to."""
+        return self.topics(topics.inbound_topic)
+
+    @property
+    def delayed(self) -> list[str]:
         """Delayed messages (LogAppendTime: a record's timestamp is when it was delayed)."""
-        return topics.delayed_topic(self.instance.name, self.prefix)
+        return self.topics(topics.delayed_topic)
 
     @property
-    def choices(self) -> str:
-        """The route choices its decisions made (compacted; read back by the query, K2)."""
-        return topics.choices_topic(self.instance.name, self.prefix)
+    def choices(self) -> list[str]:
+        """The route choices the decisions made (compacted; read back by the query, K2)."""
+        return self.topics(topics.choices_topic)
 
     @property
-    def requests(self) -> str:
+    def requests(self) -> list[str]:
         """MissingRoute requests sent and ended (compacted; read when the job starts, B4)."""
-        return topics.requests_topic(self.instance.name, self.prefix)
+        return self.topics(topics.requests_topic)
 
     @property
-    def dropped(self) -> str:
+    def dropped(self) -> list[str]:
         """Dropped and discarded messages."""
-        return topics.dropped_topic(self.instance.name, self.prefix)
+        return self.topics(topics.dropped_topic)
 
     @property
-    def deadletter(self) -> str:
+    def deadletter(self) -> list[str]:
         """Records that do not decode."""
-        return topics.deadletter_topic(self.instance.name, self.prefix)
+        return self.topics(topics.deadletter_topic)
 
 
 PRODUCER_DEFAULTS = {
@@ -127,18 +170,18 @@ def input_stream(spark: SparkSession, settings: Settings, topology: Topology) ->
     """The query's rows as the state processor leaves them (see the module docstring)."""
     t = topology
     register_functions(spark)
-    messages = _kafka(spark, settings, [t.outbound, t.inbound], limit=True)
+    messages = _kafka(spark, settings, [*t.outbound, *t.inbound], limit=True)
     tick = _tick(spark).where(F.lit(False))  # it only makes micro-batches run
     decoded = decode(messages.unionByName(tick), topology)
     rows = as_messages(decoded)
-    delayed = _kafka(spark, settings, [t.delayed], limit=False, headers=True)
+    delayed = _kafka(spark, settings, t.delayed, limit=False, headers=True)
     kept = {c: _header_value(c) for c in KEPT_COLUMNS}
     rows = rows.unionByName(
         as_delayed(decode(delayed.withColumns(kept), t, passed=(*KEPT_COLUMNS, "timestamp")))
     )
     if settings.keep_choice_s > 0:
-        rows = rows.unionByName(as_choices(_kafka(spark, settings, [t.choices], limit=False), decoded))
-    return apply_state(rows, settings.keep_choice_s, t.instance.retry_s)
+        rows = rows.unionByName(as_choices(_kafka(spark, settings, t.choices, limit=False), decoded))
+    return apply_state(rows, settings.keep_choice_s, t.retry_s)
 
 
 TRAILING_BYTES = "router_trailing_bytes"
@@ -152,6 +195,26 @@ def register_functions(spark: SparkSession) -> None:
         raise RouterError("the router's SQL functions need a classic SparkSession (a JVM), not Spark Connect")
     udf = jvm.router.avro.TrailingBytes(schema_json("message"))
     spark._jsparkSession.udf().register(TRAILING_BYTES, udf, spark._jsparkSession.parseDataType('"integer"'))
+
+
+def _instance_of_topic(t: Topology) -> Column:
+    """The instance whose topic a record was read from (the rate tick's row: the first instance)."""
+    first = F.lit(t.instances[0].name)
+    if len(t.instances) == 1:
+        return first
+    kinds = (topics.outbound_topic, topics.inbound_topic, topics.delayed_topic, topics.choices_topic)
+    pairs = [F.lit(x) for i in t.instances for kind in kinds for x in (kind(i.name, t.prefix), i.name)]
+    return F.coalesce(F.try_element_at(F.create_map(*pairs), F.col("topic")), first)
+
+
+def _databases_of(t: Topology, instance: Column) -> Column:
+    """The names of the databases of the row's instance (an outbound message names one, S1)."""
+    if len(t.instances) == 1:
+        return F.array(*[F.lit(d.name) for d in t.instances[0].databases])
+    pairs: list[Column] = []
+    for i in t.instances:
+        pairs += [F.lit(i.name), F.array(*[F.lit(d.name) for d in i.databases])]
+    return F.element_at(F.create_map(*pairs), instance)
 
 
 def _kafka(
@@ -228,12 +291,13 @@ def decode(records: DataFrame, topology: Topology, passed: tuple[str, ...] = ())
     """
     t = topology
     source = (
-        F.when(F.col("topic") == t.delayed, SOURCE_DELAYED)
-        .when(F.col("topic") == t.outbound, SOURCE_OUTBOUND)
+        F.when(F.col("topic").isin(*t.delayed), SOURCE_DELAYED)
+        .when(F.col("topic").isin(*t.outbound), SOURCE_OUTBOUND)
         .otherwise(SOURCE_INBOUND)
     )
     rec = F.col("rec")
-    databases = [d.name for d in t.instance.databases]
+    instance = _instance_of_topic(t)
+    databases = _databases_of(t, instance)
     frame = records.withColumn("source", source).withColumn(
         "rec", from_avro(F.col("value"), schema_json("message"), {"mode": "PERMISSIVE"})
     )
@@ -274,7 +338,7 @@ def decode(records: DataFrame, topology: Topology, passed: tuple[str, ...] = ())
         )
         .when(
             (F.col("source") != SOURCE_INBOUND)
-            & ~F.coalesce(rec["origin_database"].isin(*databases), F.lit(False)),
+            & ~F.coalesce(F.array_contains(databases, rec["origin_database"]), F.lit(False)),
             F.concat(
                 F.lit("origin_database is not a database of this instance: "),
                 F.coalesce(rec["origin_database"], F.lit("null")),
@@ -293,7 +357,7 @@ def decode(records: DataFrame, topology: Topology, passed: tuple[str, ...] = ())
         "value",
         error.alias("error"),
         pos.cast("long").alias("pos"),
-        F.lit(t.instance.name).alias("instance"),
+        instance.alias("instance"),
         F.coalesce(rec["message_id"], F.lit("")).alias("id"),
         F.coalesce(rec["conversation_id"], F.lit("")).alias("conversation_id"),
         F.coalesce(rec["to_service"], F.lit("")).alias("service"),

@@ -1,10 +1,10 @@
 """Destination topic names as Spark SQL: the twins of `streaming.topics`, equal byte for byte.
 
 The streaming job names each record's destination inside the query, so the names are Column
-expressions: the variable parts (database, service, address) are Columns, the fixed parts (prefix,
-instance) Python strings that become literals. A null part gives a null name. The instance's own
-topics (inbound, delayed, dropped, deadletter) are fixed per instance: take them from
-`streaming.topics` as literals.
+expressions: the variable parts (database, service, address, and the instance of a query that
+routes several) are Columns, the fixed parts (prefix, instance) Python strings that become
+literals. A null part gives a null name. The instance's own topics (inbound, delayed, dropped,
+deadletter) are fixed per instance: take them from `streaming.topics` (`Topology.topic_for`).
 
 Each name is one call per message into the JVM twin of the naming, `router.naming.TopicNames`
 (jvm/state, compiled by `make setup`), through Spark SQL's `java_method`: a method of a few dozen
@@ -37,9 +37,12 @@ def escape_sql(part: Column) -> Column:
     return _call("escape", part)
 
 
-def queue_topic_sql(instance: str, database: Column, service: Column, prefix: str = DEFAULT_PREFIX) -> Column:
-    """`streaming.topics.queue_topic` with the database and service as Columns."""
-    return _call("queue", F.lit(check_prefix(prefix)), F.lit(instance), database, service)
+def queue_topic_sql(
+    instance: str | Column, database: Column, service: Column, prefix: str = DEFAULT_PREFIX
+) -> Column:
+    """`streaming.topics.queue_topic` with the database and service (and maybe the instance) as Columns."""
+    named = F.lit(instance) if isinstance(instance, str) else instance
+    return _call("queue", F.lit(check_prefix(prefix)), named, database, service)
 
 
 def network_topic_sql(normalized_address: Column, prefix: str = DEFAULT_PREFIX) -> Column:

@@ -420,7 +420,8 @@ class TableReader(Generic[V]):
 class RouteTableReader(TableReader[Route]):
     """The routes topic's reader: `values()` / `routes` is the route table the job routes with.
 
-    `instance`, when given, is the instance whose tables are read (the others' records are no rows).
+    `instance`, when given, is the instance (or the instances) whose tables are read (the others'
+    records are no rows); `instance_routes` gives each row's instance with it.
     `databases`, when given, holds each instance's database names (`databases_by_instance`, from the
     catalogs): a route of an instance that is not there, or whose scope is none of its databases, is
     left out and listed in `skipped`. None checks neither (the catalogs are not known).
@@ -431,7 +432,7 @@ class RouteTableReader(TableReader[Route]):
         kafka: Kafka,
         topic: str,
         *,
-        instance: str | None = None,
+        instance: str | Collection[str] | None = None,
         databases: Mapping[str, Collection[str]] | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
@@ -442,6 +443,11 @@ class RouteTableReader(TableReader[Route]):
     def routes(self) -> tuple[Route, ...]:
         """Every route of the table (expired ones included, R6), sorted by `instance/scope/name`."""
         return self.values()
+
+    @property
+    def instance_routes(self) -> tuple[tuple[str, Route], ...]:
+        """Every route with the instance whose table holds it, sorted by `instance/scope/name`."""
+        return tuple((split_route_key(key)[0], self._table[key]) for key in sorted(self._table))
 
     def use_databases(self, databases: Mapping[str, Collection[str]] | None) -> bool:
         """Check routes against these databases by instance from now on; return whether the table changed."""

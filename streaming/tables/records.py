@@ -19,6 +19,7 @@ this table and no error either.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Protocol, TypeVar
 
 from streaming.kafka.avro import decoder, record_to_instance, record_to_route
@@ -65,14 +66,17 @@ class TableRecords(Protocol[V_co]):
 class RouteRecords:
     """The routes topic: key `instance/scope/name`, value an Avro route checked like a route file's.
 
-    With `instance`, only that instance's routes are rows (`OtherTable` for the rest).
+    With `instance` (one name, or several), only those instances' routes are rows (`OtherTable` for
+    the rest).
     """
 
     what = "route"
 
-    def __init__(self, instance: str | None = None) -> None:
+    def __init__(self, instance: str | Collection[str] | None = None) -> None:
         self._decode = decoder("route")
-        self.instance = instance
+        self.instances = (
+            None if instance is None else frozenset([instance] if isinstance(instance, str) else instance)
+        )
 
     def row_key(self, key: str) -> str:
         """Return the key as it is, if it has the `instance/scope/name` form (and is this table's)."""
@@ -85,7 +89,7 @@ class RouteRecords:
                 f"expected a routes-topic key 'instance/scope/name', got {key!r}: {MIGRATE_HINT}",
                 "key",
             )
-        if self.instance is not None and instance != self.instance:
+        if self.instances is not None and instance not in self.instances:
             raise OtherTable(key)
         return key
 

@@ -454,3 +454,47 @@ def test_each_side_of_a_conversation_keeps_its_own_order(spark, kafka_bootstrap,
         ("deliver", "c9:2"),
         ("deliver", "c9:4"),
     ]
+
+
+def test_one_query_routes_several_instances_each_by_its_own_tables(spark, kafka_bootstrap, prefix, tmp_path):
+    """`instances: [i1, i2]`: one query carries i1's message to i2 and delivers it there, each decided
+    by its own instance's tables (i1's AW routes, then i2's msdb), each with its own topics."""
+    put_route(kafka_bootstrap, "i2", Route("msdb", "AutoCreatedLocal", "LOCAL"), topics.routes_topic(prefix))
+    outbound = topics.outbound_topic("i1", prefix)
+    produce(
+        kafka_bootstrap,
+        outbound,
+        [("m1", message("m1", "OrderParts")), ("m2", message("m2", "Nowhere", origin="AW"))],
+    )
+    produce(
+        kafka_bootstrap,
+        topics.outbound_topic("i2", prefix),
+        [("m3", message("m3", "x", origin="NotPartsDb"))],
+    )
+    settings = load_settings(
+        None,
+        instances=["i1", "i2"],
+        bootstrap=kafka_bootstrap,
+        topic_prefix=prefix,
+        checkpoint_dir=str(tmp_path / "both"),
+    )
+    assert settings.instances == ("i1", "i2")
+    job = RouterJob(spark, settings)
+    job.replay(timeout_s=300)  # reads i2's inbound topic up to its end at the start: m1 is not there yet
+    job.replay(timeout_s=300)  # now it is
+    job.close()
+
+    sent = read_all(kafka_bootstrap, topics.inbound_topic("i2", prefix))
+    assert [(h["outcome"], h["router_instance"], h["scope"]) for h, _ in sent] == [("send", "i1", "AW")]
+    delivered = read_all(kafka_bootstrap, topics.queue_topic("i2", "Parts", "OrderParts", prefix))
+    assert [(h["outcome"], h["router_instance"], h["scope"], h["database"]) for h, _ in delivered] == [
+        ("deliver", "i2", "msdb", "Parts")
+    ]
+    # i1's message for a service nowhere is i1's delayed message (delayed again if it fell due
+    # between the two runs, D2); i2's malformed one is i2's dead letter.
+    delayed = read_all(kafka_bootstrap, topics.delayed_topic("i1", prefix))
+    assert {decode_message(v)["message_id"] for _, v in delayed} == {"m2:0"}
+    assert read_all(kafka_bootstrap, topics.delayed_topic("i2", prefix)) == []
+    dead = read_all(kafka_bootstrap, topics.deadletter_topic("i2", prefix))
+    assert [h["error"] for h, _ in dead] == ["origin_database is not a database of this instance: NotPartsDb"]
+    assert read_all(kafka_bootstrap, topics.deadletter_topic("i1", prefix)) == []

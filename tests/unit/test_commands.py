@@ -356,6 +356,45 @@ def test_settings_refuse_a_topic_prefix_kafka_cannot_take(tmp_path: Path) -> Non
         load_settings(None, instance="i1", topic_prefix="x" * 151)
 
 
+def test_settings_name_one_instance_or_several_for_one_query(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("instances: [A, B]\n", encoding="utf-8")
+    both = load_settings(path)
+    assert (both.instance, both.instances) == ("A", ("A", "B"))
+    assert both.checkpoint_dir == Path(".state/checkpoints/A")
+    assert "instance=A,B" in both.describe()
+    assert load_settings(path, instance="B").instances == ("B",)  # --instance wins over the file
+    for text, expected in (
+        ("instance: A\ninstances: [A, B]\n", "give `instance` or `instances`, not both"),
+        ("instances: [A, A]\n", "an instance is named twice"),
+        ("instances: []\n", "expected a list of instance names"),
+        ("instances: A\n", "expected a list of instance names"),
+        ("topic_prefix: x\n", "`instance` \\(or `instances`, a list\\) is required"),
+    ):
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(ConfigError, match=expected):
+            load_settings(path)
+
+
+def test_the_instances_of_one_query_share_one_retry_time() -> None:
+    """The state processor's timer (D2) is one per query."""
+    from streaming.rules.model import Database, Instance
+    from streaming.spark.sources import Topology
+
+    def instance(name: str, retry_s: float) -> Instance:
+        return Instance(
+            name,
+            f"TCP://{name}:4022",
+            (Database("msdb", "0d0d0d0d-0000-0000-0000-00000000000d"),),
+            retry_s=retry_s,
+        )
+
+    same = Topology((instance("A", 5), instance("F", 5)), "router", {})
+    assert (same.name, same.retry_s, same.delayed) == ("A+F", 5, ["router.A.delayed", "router.F.delayed"])
+    with pytest.raises(ConfigError, match="one retry_s in their catalogs, got A: 5 s, F: 2 s"):
+        Topology((instance("A", 5), instance("F", 2)), "router", {})
+
+
 @pytest.mark.parametrize("command", [["routes", "list"], ["catalogs", "load"], ["send"], ["run"], ["replay"]])
 def test_the_topic_prefix_flag_refuses_a_prefix_kafka_cannot_take(
     command: list[str], capsys: pytest.CaptureFixture[str]
