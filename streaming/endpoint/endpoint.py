@@ -349,6 +349,10 @@ class Endpoint:
         self._producer.flush(10)
         return True
 
+    def flush(self, timeout_s: float = 30.0) -> int:
+        """Wait until what was produced is written to Kafka; return how many records are not yet."""
+        return int(self._producer.flush(timeout_s))
+
     def unacknowledged(self) -> int:
         """How many sent messages await an ack."""
         return self.store.unacknowledged()

@@ -1,0 +1,292 @@
+"""Conversations across instances on the real broker: endpoints at both ends, a forwarder between.
+
+A's Client talks to B's Server through forwarder F (`chain.py`). One `router run` routes A and B in
+one query (`instances: [A, B]`), another routes F; F's is killed with SIGKILL while messages flow.
+The endpoints ack, resend and drop duplicates (A1-A4), so every message reaches the service once
+and in order however often the forwarder repeats or loses its work (F4: a forwarder stores nothing).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from chain import (
+    CHAIN_ROUTES,
+    LOOP_ROUTES,
+    STOCK,
+    A,
+    B,
+    F,
+    G,
+    client,
+    new_chain,
+    server,
+    settings_file,
+    start_sender,
+)
+from confluent_kafka import Consumer, TopicPartition
+from processes import kill, start_router, stop
+
+from streaming import topics
+from streaming.endpoint import Endpoint, Received
+from streaming.endpoint.protocol import LIFETIME_EXPIRED_CODE
+from streaming.kafka.admin import cluster_metadata, end_offsets
+from streaming.kafka.avro import decode_message
+
+pytestmark = [pytest.mark.e2e, pytest.mark.fault]
+
+DIALOGS = 1000
+MESSAGES = 10  # per dialog: 10,000 in all
+
+
+def wait_until_routing(process: subprocess.Popen[bytes], log: Path, timeout_s: float = 240) -> None:
+    """Until the router says it routes (its query started), or fail with its log."""
+    deadline = time.monotonic() + timeout_s
+    while "routing instance" not in log.read_text(errors="replace"):
+        assert process.poll() is None, f"the router exited ({process.returncode}):\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"the router did not start:\n{log.read_text()[-3000:]}"
+        time.sleep(0.5)
+
+
+class Service:
+    """B's Server as a service: it keeps every message body it takes, per dialog, in order."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.taken: dict[str, list[bytes]] = defaultdict(list)
+
+    def serve(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for message in self.endpoint.receive(timeout_s=0.2, max_messages=2000):
+                self.taken[message.dialog.conversation_id].append(message.body)
+
+    @property
+    def count(self) -> int:
+        return sum(len(bodies) for bodies in self.taken.values())
+
+
+def pump_until(condition, what: str, timeout_s: float, *parties: object) -> None:  # type: ignore[no-untyped-def]
+    """Let the endpoints work until `condition()` holds (Service.serve or Endpoint.pump)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            state = [
+                f"service took {p.count}"
+                if isinstance(p, Service)
+                else f"endpoint awaits {p.unacknowledged()} acks"
+                for p in parties
+                if isinstance(p, (Service, Endpoint))
+            ]
+            raise AssertionError(f"not within {timeout_s} s: {what} ({'; '.join(state)})")
+        for party in parties:
+            if isinstance(party, Service):
+                party.serve(0.3)
+            else:
+                assert isinstance(party, Endpoint)
+                party.pump(0.1)
+
+
+def test_a_to_b_through_a_forwarder_killed_twice_delivers_each_message_once_in_order(
+    kafka_bootstrap: str, started: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    prefix = new_chain(kafka_bootstrap, "chain", (A, F, B), CHAIN_ROUTES)
+    ab_settings = settings_file(tmp_path / "ab.yaml", kafka_bootstrap, prefix, ["A", "B"], tmp_path / "ab")
+    f_settings = settings_file(tmp_path / "f.yaml", kafka_bootstrap, prefix, ["F"], tmp_path / "f")
+    ab_log, f_log = tmp_path / "ab.log", tmp_path / "f.log"
+    ab = start_router(ab_settings, ab_log, started)
+    forwarder = start_router(f_settings, f_log, started)
+    wait_until_routing(ab, ab_log)
+    wait_until_routing(forwarder, f_log)
+
+    with (
+        client(
+            kafka_bootstrap, prefix, tmp_path / "client.db", retry_first_s=15.0, retry_cap_s=60.0
+        ) as sender,
+        server(kafka_bootstrap, prefix, tmp_path / "server.db") as receiver,
+    ):
+        service = Service(receiver)
+        dialogs = [sender.begin_dialog("Server", lifetime_s=3600) for _ in range(DIALOGS)]
+        half = MESSAGES // 2
+
+        def send(numbers: range) -> None:
+            for n in numbers:
+                for dialog in dialogs:
+                    dialog.send(f"{dialog.conversation_id}:{n}".encode())
+
+        # First half: F is killed while it forwards them, and started again from its checkpoint.
+        send(range(half))
+        pump_until(
+            lambda: service.count >= DIALOGS, "the first thousand messages reach B", 300, sender, service
+        )
+        kill(forwarder)
+        forwarder = start_router(f_settings, f_log, started)
+        pump_until(
+            lambda: service.count == DIALOGS * half and sender.unacknowledged() == 0,
+            "the first half reaches B and is acked",
+            600,
+            sender,
+            service,
+        )
+        # A2: each dialog is pinned to B's database by its first ack.
+        assert all(d.pinned and d.far_broker_instance == STOCK.broker_instance for d in dialogs)
+
+        # Second half, pinned: F is killed again while it forwards them.
+        send(range(half, MESSAGES))
+        pump_until(
+            lambda: service.count >= DIALOGS * (half + 1),
+            "the second half starts to arrive",
+            300,
+            sender,
+            service,
+        )
+        kill(forwarder)
+        forwarder = start_router(f_settings, f_log, started)
+        pump_until(
+            lambda: service.count == DIALOGS * MESSAGES and sender.unacknowledged() == 0,
+            "every message reaches B and is acked",
+            900,
+            sender,
+            service,
+        )
+        service.serve(3)  # nothing more comes: no message is taken twice
+
+        # Exactly once and in order, per dialog (A4), whatever F repeated after its kills.
+        assert service.count == DIALOGS * MESSAGES
+        assert {cid: bodies for cid, bodies in service.taken.items()} == {
+            d.conversation_id: [f"{d.conversation_id}:{n}".encode() for n in range(MESSAGES)] for d in dialogs
+        }
+        assert sender.unacknowledged() == 0
+        sent, resent, dropped = sender.counts.sent, sender.counts.resent, receiver.counts.duplicates
+        print(f"chain: A sent {sent} and resent {resent}; B dropped {dropped} duplicates")
+
+    # Every message of the second half reached B naming B's database (the pin, A2); every ack A
+    # received came from B's database: the forwarder acked nothing (A8, F4).
+    arrived = _records(kafka_bootstrap, topics.queue_topic("B", "Stock", "Server", prefix))
+    assert len(arrived) >= DIALOGS * MESSAGES
+    later = [r for r in arrived if r["sequence_number"] >= half]
+    assert later and all(r["to_broker_instance"] == STOCK.broker_instance for r in later)
+    acks = _records(kafka_bootstrap, topics.queue_topic("A", "Sales", "Client", prefix))
+    assert acks and {r["from_broker_instance"] for r in acks} == {STOCK.broker_instance}
+    for process, log in ((ab, ab_log), (forwarder, f_log)):
+        assert "Traceback" not in stop(process, log, signal.SIGINT)
+
+
+def test_a_killed_endpoint_resends_what_was_not_acked_and_the_receiver_drops_the_duplicates(
+    kafka_bootstrap: str, started: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    """A3 across a crash: A's endpoint is SIGKILLed after sending, before any ack came back."""
+    prefix = new_chain(kafka_bootstrap, "resend", (A, F, B), CHAIN_ROUTES)
+    settings = settings_file(
+        tmp_path / "all.yaml", kafka_bootstrap, prefix, ["A", "F", "B"], tmp_path / "all"
+    )
+    log = tmp_path / "router.log"
+    router = start_router(settings, log, started)
+    wait_until_routing(router, log)
+
+    store = tmp_path / "client.db"
+    sender_log = tmp_path / "sender.log"
+    sender = start_sender(kafka_bootstrap, prefix, store, dialogs=50, messages=4, log=sender_log)
+    deadline = time.monotonic() + 120
+    while "sent" not in sender_log.read_text(errors="replace"):
+        assert sender.poll() is None and time.monotonic() < deadline, sender_log.read_text()[-3000:]
+        time.sleep(0.2)
+    kill(sender)  # B's endpoint has not started: nothing was acked
+
+    with server(kafka_bootstrap, prefix, tmp_path / "server.db") as receiver:
+        service = Service(receiver)
+        with client(kafka_bootstrap, prefix, store, retry_first_s=5.0, retry_cap_s=10.0) as again:
+            assert again.unacknowledged() == 200  # the store kept them through the kill
+            pump_until(
+                lambda: service.count == 200 and again.unacknowledged() == 0,
+                "B takes all 200 and A's restarted endpoint sees them acked",
+                300,
+                again,
+                service,
+            )
+            assert again.counts.resent >= 200  # it resent what it had sent before the kill
+        service.serve(5)
+        assert service.count == 200
+        assert all(
+            bodies == sorted(bodies, key=lambda b: int(b.split(b":")[1])) for bodies in service.taken.values()
+        )
+        assert receiver.counts.duplicates >= 200  # the copies sent before the kill and resent after it
+    assert "Traceback" not in stop(router, log, signal.SIGINT)
+
+
+def test_two_forwarders_that_point_at_each_other_discard_the_message_and_the_sender_times_out(
+    kafka_bootstrap: str, started: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    """LP1, LP3, F3: the loop ends when the hops are spent; the sender gives up at the lifetime."""
+    prefix = new_chain(kafka_bootstrap, "loop", (A, F, G), LOOP_ROUTES)
+    settings = settings_file(
+        tmp_path / "all.yaml", kafka_bootstrap, prefix, ["A", "F", "G"], tmp_path / "all"
+    )
+    log = tmp_path / "router.log"
+    router = start_router(settings, log, started)
+    wait_until_routing(router, log)
+
+    # No resend before the lifetime passes: the one copy loops until its hops are spent.
+    with client(
+        kafka_bootstrap, prefix, tmp_path / "client.db", retry_first_s=120.0, retry_cap_s=120.0
+    ) as sender:
+        dialog = sender.begin_dialog("Server", lifetime_s=120)
+        dialog.send(b"<lost/>")
+        got: list[Received] = []
+        deadline = time.monotonic() + 240
+        while not got:
+            assert time.monotonic() < deadline, "the sender did not time out"
+            got = sender.receive(timeout_s=1)
+        (timeout,) = got
+        assert timeout.is_error and timeout.error is not None and timeout.error.code == LIFETIME_EXPIRED_CODE
+        assert sender.unacknowledged() == 0  # never acked (LP3), dropped at the time-out
+        dialog.end()
+        assert sender.dialogs() == []
+    # F3: each forward cost one hop; the copy whose hops were spent was discarded with the reason.
+    loop_ends = [topics.dropped_topic(name, prefix) for name in ("F", "G")]
+    deadline = time.monotonic() + 120
+    while not any(_with_headers(kafka_bootstrap, topic) for topic in loop_ends):
+        assert time.monotonic() < deadline, f"the loop did not end:\n{log.read_text()[-3000:]}"
+        time.sleep(1)
+    assert "Traceback" not in stop(router, log, signal.SIGINT)
+    dropped = []
+    for name in ("F", "G"):
+        for headers, value in _with_headers(kafka_bootstrap, topics.dropped_topic(name, prefix)):
+            dropped.append(
+                (name, headers.get("outcome"), headers.get("reason"), decode_message(value)["hops_remaining"])
+            )
+    assert dropped and all(
+        outcome == "discarded" and reason == "hops_exhausted" and hops == 0
+        for _, outcome, reason, hops in dropped
+    )
+
+
+def _records(bootstrap: str, topic: str) -> list[dict[str, object]]:
+    return [decode_message(value) for _, value in _with_headers(bootstrap, topic)]
+
+
+def _with_headers(bootstrap: str, topic: str) -> list[tuple[dict[str, str], bytes]]:
+    """Every record of `topic` now: its headers as text, and its value."""
+    if topic not in cluster_metadata(bootstrap).topics:
+        return []
+    ends = end_offsets(bootstrap, topic)
+    total = sum(ends.values())
+    out: list[tuple[dict[str, str], bytes]] = []
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}"})
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        while len(out) < total:
+            batch = consumer.consume(num_messages=10_000, timeout=10.0)
+            assert batch, f"{topic}: read {len(out)} of {total}"
+            for message in batch:
+                if message.error() is None:
+                    out.append(({k: v.decode() for k, v in message.headers() or []}, message.value() or b""))
+    finally:
+        consumer.close()
+    return out
