@@ -10,10 +10,10 @@ GO
 
 CREATE ROUTE AutoCreatedLocal WITH ADDRESS = 'LOCAL';
 
--- OrderParts lives on i2: send it there (M2 -> C3).
+-- OrderParts lives on i2, reached through the forwarder f1 (M2 -> C3).
 CREATE ROUTE OrderPartsRoute
     WITH SERVICE_NAME = 'OrderParts',
-         ADDRESS = 'TCP://i2.example:4022';
+         ADDRESS = 'TCP://f1.example:4022';
 GO
 
 USE msdb;

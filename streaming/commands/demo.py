@@ -1,9 +1,10 @@
 """`router demo`: the embedded broker, two instances' routes and catalogs, traffic, and the router.
 
 It starts the embedded Kafka broker (unless one runs), loads `routes/demo/` into a fresh topic
-namespace, sends conversations from i1's AdventureWorks database (to OrderParts on i2, to the local
-AuditService, and to a service nobody hosts), routes i1 and then i2 with `router replay`'s job, and
-prints how many messages ended in each destination, with which outcome.
+namespace, sends conversations from i1's AdventureWorks database (to OrderParts on i2 through the
+forwarder f1, to the local AuditService, and to a service nobody hosts), routes i1, then f1, then i2
+with `router replay`'s job, and prints how many messages ended in each destination, with which
+outcome.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
     spark = build_session("router-demo", verbose=args.verbose)
     state = Path(state_dir).parent / "checkpoints" / prefix
-    for instance in ("i1", "i2"):
+    for instance in ("i1", "f1", "i2"):  # each hop: i1 sends to f1, f1 forwards to i2, i2 delivers
         settings = load_settings(
             None,
             instance=instance,

@@ -85,7 +85,7 @@ def test_every_command_connects_with_the_settings_files_tls_and_sasl_settings(
 
     tailed = router(
         "tail",
-        topics.inbound_topic("i2", prefix),
+        topics.inbound_topic("f1", prefix),  # i1 sends OrderParts to i2 through the forwarder f1
         "--from-beginning",
         "--max",
         "5",

@@ -77,7 +77,7 @@ def test_yaml_then_tsql_reads_back_last_value_per_key(kafka_bootstrap: str, pref
     topic = routes_topic(prefix)
     yaml_ops = load_route_files([REPO / "routes/demo/routes.yaml"], now=now())
     changes = publish_routes(kafka_bootstrap, yaml_ops, topic)
-    assert [c.action for c in changes] == ["create"] * 6
+    assert [c.action for c in changes] == ["create"] * 8
 
     # The T-SQL script states i1's part again: its routes replace the same keys (load is idempotent).
     sql_ops = load_route_files([REPO / "routes/demo/routes.sql"], now=now())
@@ -93,8 +93,10 @@ def test_yaml_then_tsql_reads_back_last_value_per_key(kafka_bootstrap: str, pref
 
     read = read_routes(kafka_bootstrap, topic)
     table, version = read.table, read.version
-    assert version == "p0:10"
+    assert version == "p0:12"
     assert sorted(table) == [
+        "f1/msdb/ToInitiator",
+        "f1/msdb/ToOrderParts",
         "i1/AW/AutoCreatedLocal",
         "i1/AW/OrderPartsRoute",
         "i1/msdb/AutoCreatedLocal",
@@ -262,16 +264,16 @@ def test_catalogs_round_trip_last_value_per_instance(
     changed = instances[0].__class__(**{**instances[0].__dict__, "forwarding": True})
     publish_catalogs(kafka_bootstrap, [changed], topic)
     read, version = read_catalogs(kafka_bootstrap, topic)
-    assert read == (changed, instances[1])
-    assert version == "p0:3"
+    assert read == (instances[2], changed, instances[1])  # by name: f1, i1, i2
+    assert version == "p0:4"
     latest, _ = read_latest(kafka_bootstrap, topic)
-    assert sorted(latest) == ["i1", "i2"]
+    assert sorted(latest) == ["f1", "i1", "i2"]
 
     common = ["--bootstrap", kafka_bootstrap, "--topic-prefix", prefix]
     assert run_command(["catalogs", "list", *common]) == 0
     out = capsys.readouterr().out
     assert "instance i1  address TCP://i1.example:4022  forwarding enabled" in out
-    assert f"{topic} version p0:3: 2 instance(s)" in out
+    assert f"{topic} version p0:4: 3 instance(s)" in out
 
 
 def test_send_then_tail_decodes_messages_and_headers(

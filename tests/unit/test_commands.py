@@ -99,7 +99,8 @@ def test_catalogs_load_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "i1: TCP://i1.example:4022, 2 database(s)" in out
-    assert "checked: 2 instance catalog(s)" in out
+    assert "f1: TCP://f1.example:4022, 1 database(s)" in out
+    assert "checked: 3 instance catalog(s)" in out
 
 
 def test_route_rows_mark_expired_routes() -> None:

@@ -484,6 +484,8 @@ def test_tsql_and_yaml_agree_on_the_demo_table() -> None:
         "i2/Parts/AutoCreatedLocal",
         "i2/Parts/InitiatorRoute",
         "i2/msdb/AutoCreatedLocal",
+        "f1/msdb/ToOrderParts",
+        "f1/msdb/ToInitiator",
     }
 
 
@@ -901,8 +903,9 @@ def test_catalog_duplicate_instance_names(tmp_path: Path) -> None:
 
 def test_demo_catalogs_load() -> None:
     instances = load_catalog_files([REPO / "routes/demo/catalogs.yaml"])
-    assert [i.name for i in instances] == ["i1", "i2"]
+    assert [i.name for i in instances] == ["i1", "i2", "f1"]
     assert instances[1].database("Parts") is not None
+    assert instances[2].forwarding and [d.name for d in instances[2].databases] == ["msdb"]
 
 
 # --- T-SQL quoting round trip -----------------------------------------------------------------------
