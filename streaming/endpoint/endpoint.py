@@ -15,7 +15,8 @@ What it does for the service (spec §1.8, §1.15, §1.16):
 - numbers every message of a dialog side (A6) and keeps it until the far endpoint acks it,
   resending it with backoff (A3: `retry_first_s`, doubled each time, at most `retry_cap_s`);
 - acks every sequenced message it takes, once it is in the store's queue (A1), acks duplicates
-  again without queueing them (A4), and hands messages over in sequence order;
+  again without queueing them (A4), and hands messages over in sequence order (a DialogTimer,
+  then an Error, ahead of the rest: §1.15's receive order);
 - pins a dialog to the broker instance of the database whose endpoint first acked or answered
   (A2): every later message, resends included, names it;
 - gives each message the dialog's lifetime (`expires_at`, F3), and when the lifetime passes queues

@@ -582,15 +582,19 @@ class DialogStore:
     # --- the service's queue ------------------------------------------------------------------
 
     def take(self, limit: int) -> list[Queued]:
-        """Hand over up to `limit` queued messages, in order, and remove them (RECEIVE)."""
+        """Hand over up to `limit` queued messages and remove them (RECEIVE).
+
+        §1.15's receive order: a DialogTimer before any other message, an Error before any other
+        but a DialogTimer, the rest (EndDialog included) in the order they were taken.
+        """
         with self._transaction() as db:
             rows = db.execute(
                 "SELECT position, conversation_id, initiator, sequence, message_type, body, far_service "
-                "FROM queue ORDER BY position LIMIT ?",
-                (limit,),
+                "FROM queue ORDER BY CASE message_type WHEN ? THEN 0 WHEN ? THEN 1 ELSE 2 END, position "
+                "LIMIT ?",
+                (DIALOG_TIMER, ERROR, limit),
             ).fetchall()
-            if rows:
-                db.execute("DELETE FROM queue WHERE position <= ?", (rows[-1][0],))
+            db.executemany("DELETE FROM queue WHERE position = ?", [(r[0],) for r in rows])
         return [
             Queued(int(p), str(c), bool(i), int(s), str(t), bytes(b), str(f)) for p, c, i, s, t, b, f in rows
         ]

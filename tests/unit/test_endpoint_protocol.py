@@ -203,7 +203,7 @@ def test_an_error_drops_what_is_unacked_on_both_sides(store: DialogStore) -> Non
     store.send(("t", False), "DEFAULT", b"reply", 0, 1000)
     store.arrive([incoming("t", 1, message_type=ERROR, body=error_body(50, "cancelled"))], 0)
     assert store.unacknowledged() == 0
-    error = store.take(10)[-1]
+    error = store.take(10)[0]  # received before the dialog's other messages (§1.15)
     assert error.message_type == ERROR and parse_error_body(error.body).code == 50
     with pytest.raises(DialogClosed, match="error 50: cancelled"):
         store.send(("t", False), "DEFAULT", b"more", 0, 1000)
@@ -249,3 +249,13 @@ def test_the_store_survives_a_reopen(tmp_path: Path) -> None:
     again = DialogStore(tmp_path / "e.db")
     assert again.unacknowledged() == 1 and again.queued() == 1 and len(again.dialogs()) == 2
     again.close()
+
+
+def test_a_timer_then_an_error_are_received_before_the_other_messages(store: DialogStore) -> None:
+    """§1.15: DialogTimer before any other message; Error before any other but DialogTimer."""
+    store.arrive([incoming("c", 0), incoming("c", 1)], 0)
+    store.set_timer(("c", False), 10)
+    store.arrive([incoming("c", 2, message_type=ERROR, body=error_body(3, "stop"))], 5)
+    store.fire_timers(10)
+    assert [(q.message_type, q.sequence) for q in store.take(2)] == [(DIALOG_TIMER, -1), (ERROR, 2)]
+    assert [q.sequence for q in store.take(10)] == [0, 1]
