@@ -42,7 +42,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
 from streaming import topics
@@ -215,7 +215,8 @@ class Endpoint:
             client_config(kafka, **{"enable.idempotence": True, "linger.ms": 5}), logger=_LIBRDKAFKA_LOG
         )
         consumer_settings: dict[str, str | bool] = {
-            "group.id": f"router-endpoint.{instance}.{database}.{service}",
+            # The queue topic names the prefix too: two deployments on one cluster never share a group.
+            "group.id": f"router-endpoint.{self.queue}",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
         }
@@ -235,8 +236,17 @@ class Endpoint:
         self.close()
 
     def close(self) -> None:
-        """Send what is produced but not delivered yet, then close the clients and the store."""
+        """Send what is produced but not delivered yet, then close the clients and the store.
+
+        The input's offsets are committed once more, and waited for: what the store took is not
+        read again at the next start (it would only be a duplicate, A4, but costs a pass).
+        """
         self._producer.flush(10)
+        try:
+            self._consumer.commit(asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._NO_OFFSET:  # nothing consumed: nothing to commit
+                log.warning("committing %s's offsets at close: %s", self.queue, exc)
         self._consumer.close()
         self.store.close()
 

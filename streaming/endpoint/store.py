@@ -59,6 +59,7 @@ CREATE TABLE IF NOT EXISTS dialogs (
     error TEXT,
     PRIMARY KEY (conversation_id, initiator)
 );
+CREATE INDEX IF NOT EXISTS dialogs_expiry ON dialogs (expires_ms);
 CREATE TABLE IF NOT EXISTS transmission (
     conversation_id TEXT NOT NULL,
     initiator INTEGER NOT NULL,
