@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streaming.endpoint.protocol import (
     ACKNOWLEDGEMENT,
@@ -25,7 +27,7 @@ from streaming.endpoint.protocol import (
     retry_wait_s,
     starts_dialog,
 )
-from streaming.endpoint.store import DialogClosed, DialogStore, Incoming
+from streaming.endpoint.store import DialogClosed, DialogStore, Incoming, Pending
 
 A_BID = "0a0a0a0a-0000-0000-0000-000000000001"
 B_BID = "0b0b0b0b-0000-0000-0000-000000000002"
@@ -259,3 +261,95 @@ def test_a_timer_then_an_error_are_received_before_the_other_messages(store: Dia
     store.fire_timers(10)
     assert [(q.message_type, q.sequence) for q in store.take(2)] == [(DIALOG_TIMER, -1), (ERROR, 2)]
     assert [q.sequence for q in store.take(10)] == [0, 1]
+
+
+# --- the protocol over a channel that loses, repeats and reorders ------------------------------
+
+_ACTIONS = st.lists(
+    st.tuples(
+        st.sampled_from(["send", "resend", "deliver", "repeat", "lose", "ack", "take"]), st.integers(0, 50)
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(actions=_ACTIONS, count=st.integers(1, 8))
+def test_over_any_channel_the_service_takes_each_message_once_and_in_order(
+    tmp_path_factory: pytest.TempPathFactory, actions: list[tuple[str, int]], count: int
+) -> None:
+    """A1-A4 together: whatever a channel loses, repeats or reorders, resends until acked give the
+    receiving service every message once, in sequence order, and leave the sender nothing unacked."""
+    folder = tmp_path_factory.mktemp("channel")
+    sender, receiver = DialogStore(folder / "sender.db"), DialogStore(folder / "receiver.db")
+    try:
+        sender.begin("c", "Server", None, None)
+        to_receiver: list[Incoming] = []
+        to_sender: list[Incoming] = []
+        taken: list[bytes] = []
+        sent = 0
+        now = 0
+
+        def packet(p: Pending) -> Incoming:
+            return Incoming(
+                p.conversation_id, p.sequence, True, "Client", A_BID, p.message_type, p.body, None
+            )
+
+        def resend() -> None:
+            due = sender.due(now)
+            to_receiver.extend(packet(p) for p in due)
+            sender.resent([(p, now + 1) for p in due])
+
+        def deliver(index: int, *, keep: bool = False) -> None:
+            message = to_receiver[index] if keep else to_receiver.pop(index)
+            acks, _ = receiver.arrive([message], now)
+            to_sender.extend(
+                Incoming(
+                    a.conversation_id,
+                    -1,
+                    a.initiator,
+                    "Server",
+                    B_BID,
+                    ACKNOWLEDGEMENT,
+                    ack_body(a.through),
+                    None,
+                )
+                for a in acks
+            )
+
+        for action, n in actions:
+            now += 1
+            if action == "send" and sent < count:
+                body = str(sent).encode()
+                _, sequence = sender.send(("c", True), "DEFAULT", body, now, now + 1)
+                to_receiver.append(packet(Pending("c", True, sequence, "DEFAULT", body, now, 0)))
+                sent += 1
+            elif action == "resend":
+                resend()
+            elif action in ("deliver", "repeat") and to_receiver:
+                deliver(n % len(to_receiver), keep=action == "repeat")
+            elif action == "lose" and to_receiver:
+                to_receiver.pop(n % len(to_receiver))
+            elif action == "ack" and to_sender:
+                sender.acknowledged([to_sender.pop(n % len(to_sender))], now)
+            elif action == "take":
+                taken += [q.body for q in receiver.take(n % 4 + 1)]
+        while sent < count:  # the service sends the rest
+            now += 1
+            _, sequence = sender.send(("c", True), "DEFAULT", str(sent).encode(), now, now + 1)
+            sent += 1
+        for _ in range(4 * count + 10):  # then the channel behaves: resend, deliver, ack, in order
+            if not sender.unacknowledged():
+                break
+            now += 2
+            resend()
+            while to_receiver:
+                deliver(0)
+            sender.acknowledged(to_sender, now)
+            to_sender.clear()
+        taken += [q.body for q in receiver.take(100)]
+        assert sender.unacknowledged() == 0
+        assert taken == [str(n).encode() for n in range(count)]
+    finally:
+        sender.close()
+        receiver.close()
