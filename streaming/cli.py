@@ -9,7 +9,7 @@ import sys
 from streaming.errors import RouterError
 
 # Each module exposes `register(subparsers)`, which adds its sub-command and sets `func`.
-COMMANDS = ("kafka", "routes", "catalogs", "send", "tail", "run", "replay", "resolve", "demo")
+COMMANDS = ("kafka", "routes", "catalogs", "mirrors", "send", "tail", "run", "replay", "resolve", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -26,7 +26,7 @@ from streaming.errors import ConfigError, KafkaUnavailable, MalformedRecord, Rou
 from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import catalog_to_record, encode_catalog, encode_route, route_to_record
 from streaming.kafka.connection import Kafka, bootstrap_of, client_config
-from streaming.rules.model import Instance, Route
+from streaming.rules.model import Instance, MirrorRole, Route, normalize_address
 from streaming.tables.operations import (
     RouteChange,
     RouteOperation,
@@ -36,7 +36,7 @@ from streaming.tables.operations import (
 )
 from streaming.tables.reader import DEFAULT_TIMEOUT_S, TableReader, read_catalog_table, read_routes
 from streaming.tables.records import RawRecords, RouteRecords
-from streaming.tables.validate import check_known_scope, fail, route_subject
+from streaming.tables.validate import Source, check_known_scope, check_tcp_address, fail, route_subject
 
 _LIBRDKAFKA_LOG = logging.getLogger("streaming.kafka.librdkafka")
 
@@ -243,6 +243,26 @@ def publish_catalogs(
         kafka,
         topic,
         ((i.name.encode("utf-8"), encode_catalog(catalog_to_record(i)), None) for i in instances),
+        timeout=timeout,
+    )
+
+
+def publish_mirror_roles(
+    kafka: Kafka, roles: Mapping[str, MirrorRole], topic: str, *, timeout: float = DEFAULT_TIMEOUT_S
+) -> int:
+    """Publish mirror partners' roles (key: the partner's normalized TCP address; MI2, MI3).
+
+    Raises ConfigError, before anything is written, for an address that is not a TCP address.
+    """
+    checked = {
+        normalize_address(check_tcp_address(address, Source("--address"), "mirror partner", "address")): role
+        for address, role in roles.items()
+    }
+    ensure_topics(kafka, [topic], compacted=True)
+    return produce_records(
+        kafka,
+        topic,
+        ((address.encode("utf-8"), role.value.encode("utf-8"), None) for address, role in checked.items()),
         timeout=timeout,
     )
 

@@ -144,3 +144,24 @@ def read_outcome(bootstrap: str, names: Iterable[str]) -> Outcome:
     finally:
         consumer.close()
     return outcome
+
+
+def records_with_headers(bootstrap: str, topic: str) -> list[tuple[dict[str, str], bytes]]:
+    """Every record of `topic` now: its headers as text, and its value."""
+    if topic not in cluster_metadata(bootstrap).topics:
+        return []
+    ends = end_offsets(bootstrap, topic)
+    total = sum(ends.values())
+    out: list[tuple[dict[str, str], bytes]] = []
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}"})
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        while len(out) < total:
+            batch = consumer.consume(num_messages=10_000, timeout=10.0)
+            assert batch, f"{topic}: read {len(out)} of {total}"
+            for message in batch:
+                if message.error() is None:
+                    out.append(({k: v.decode() for k, v in message.headers() or []}, message.value() or b""))
+    finally:
+        consumer.close()
+    return out

@@ -27,7 +27,18 @@ def router(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]
 def test_help_lists_every_command() -> None:
     result = router("--help")
     assert result.returncode == 0
-    for command in ("kafka", "routes", "catalogs", "send", "tail", "run", "replay", "resolve", "demo"):
+    for command in (
+        "kafka",
+        "routes",
+        "catalogs",
+        "mirrors",
+        "send",
+        "tail",
+        "run",
+        "replay",
+        "resolve",
+        "demo",
+    ):
         assert command in result.stdout
 
 

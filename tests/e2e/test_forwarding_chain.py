@@ -11,7 +11,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-import uuid
 from collections import defaultdict
 from pathlib import Path
 
@@ -30,13 +29,11 @@ from chain import (
     settings_file,
     start_sender,
 )
-from confluent_kafka import Consumer, TopicPartition
-from processes import kill, start_router, stop
+from processes import kill, records_with_headers, start_router, stop
 
 from streaming import topics
 from streaming.endpoint import Endpoint, Received
 from streaming.endpoint.protocol import LIFETIME_EXPIRED_CODE
-from streaming.kafka.admin import cluster_metadata, end_offsets
 from streaming.kafka.avro import decode_message
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fault]
@@ -252,13 +249,13 @@ def test_two_forwarders_that_point_at_each_other_discard_the_message_and_the_sen
     # F3: each forward cost one hop; the copy whose hops were spent was discarded with the reason.
     loop_ends = [topics.dropped_topic(name, prefix) for name in ("F", "G")]
     deadline = time.monotonic() + 120
-    while not any(_with_headers(kafka_bootstrap, topic) for topic in loop_ends):
+    while not any(records_with_headers(kafka_bootstrap, topic) for topic in loop_ends):
         assert time.monotonic() < deadline, f"the loop did not end:\n{log.read_text()[-3000:]}"
         time.sleep(1)
     assert "Traceback" not in stop(router, log, signal.SIGINT)
     dropped = []
     for name in ("F", "G"):
-        for headers, value in _with_headers(kafka_bootstrap, topics.dropped_topic(name, prefix)):
+        for headers, value in records_with_headers(kafka_bootstrap, topics.dropped_topic(name, prefix)):
             dropped.append(
                 (name, headers.get("outcome"), headers.get("reason"), decode_message(value)["hops_remaining"])
             )
@@ -269,25 +266,4 @@ def test_two_forwarders_that_point_at_each_other_discard_the_message_and_the_sen
 
 
 def _records(bootstrap: str, topic: str) -> list[dict[str, object]]:
-    return [decode_message(value) for _, value in _with_headers(bootstrap, topic)]
-
-
-def _with_headers(bootstrap: str, topic: str) -> list[tuple[dict[str, str], bytes]]:
-    """Every record of `topic` now: its headers as text, and its value."""
-    if topic not in cluster_metadata(bootstrap).topics:
-        return []
-    ends = end_offsets(bootstrap, topic)
-    total = sum(ends.values())
-    out: list[tuple[dict[str, str], bytes]] = []
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}"})
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        while len(out) < total:
-            batch = consumer.consume(num_messages=10_000, timeout=10.0)
-            assert batch, f"{topic}: read {len(out)} of {total}"
-            for message in batch:
-                if message.error() is None:
-                    out.append(({k: v.decode() for k, v in message.headers() or []}, message.value() or b""))
-    finally:
-        consumer.close()
-    return out
+    return [decode_message(value) for _, value in records_with_headers(bootstrap, topic)]

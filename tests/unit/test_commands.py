@@ -416,3 +416,20 @@ def test_run_takes_the_prefix_from_its_settings_file_unless_the_flag_says() -> N
     assert build_parser().parse_args(["run"]).topic_prefix is None
     assert build_parser().parse_args(["run", "--topic-prefix", "acme.r"]).topic_prefix == "acme.r"
     assert parse(["routes", "list"]).topic_prefix == "router"
+
+
+@pytest.mark.parametrize(
+    ("address", "role", "expected"),
+    [
+        ("TCP://p1:4022", "leader", "expected one of principal, mirror, unreachable, got 'leader'"),
+        ("p1:4022", "principal", "expected TCP://host:port"),
+    ],
+)
+def test_mirrors_set_refuses_a_bad_role_or_address_before_it_connects(
+    address: str, role: str, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from streaming.cli import main
+
+    # No broker listens on port 9: the command must fail on the arguments, not on the connection.
+    assert main(["mirrors", "set", address, role, "--bootstrap", "127.0.0.1:9"]) == 2
+    assert expected in capsys.readouterr().err
