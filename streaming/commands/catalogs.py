@@ -18,6 +18,7 @@ from typing import Any
 from streaming.commands.common import (
     add_kafka_arguments,
     add_prefix_argument,
+    add_table_list_arguments,
     format_table,
     kafka_from,
     refuse_skipped,
@@ -46,12 +47,7 @@ def register(subparsers: Any) -> None:
     load.set_defaults(func=run_load)
 
     listing = sub.add_parser("list", help="print the catalogs read back from the catalogs topic")
-    listing.add_argument("--json", action="store_true", help="one JSON object per instance")
-    listing.add_argument(
-        "--strict", action="store_true", help="exit 2, listing them, if any record of the topic is skipped"
-    )
-    add_kafka_arguments(listing)
-    add_prefix_argument(listing)
+    add_table_list_arguments(listing, "instance")
     listing.set_defaults(func=run_list)
 
 

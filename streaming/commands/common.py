@@ -58,6 +58,16 @@ def topic_prefix_type(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def add_table_list_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """The flags of a `list` that reads a table topic: `--json`, `--strict`, the connection, the prefix."""
+    parser.add_argument("--json", action="store_true", help=f"one JSON object per {what}")
+    parser.add_argument(
+        "--strict", action="store_true", help="exit 2, listing them, if any record of the topic is skipped"
+    )
+    add_kafka_arguments(parser)
+    add_prefix_argument(parser)
+
+
 def add_prefix_argument(parser: argparse.ArgumentParser, default: str | None = DEFAULT_PREFIX) -> None:
     """Add `--topic-prefix`; `default=None` leaves the prefix to a settings file (`run`, `replay`)."""
     shown = (

@@ -19,6 +19,7 @@ from typing import Any
 from streaming.commands.common import (
     add_kafka_arguments,
     add_prefix_argument,
+    add_table_list_arguments,
     format_table,
     kafka_from,
     refuse_skipped,
@@ -45,12 +46,7 @@ def register(subparsers: Any) -> None:
     put.set_defaults(func=run_set)
 
     listing = sub.add_parser("list", help="print every partner's role read back from the mirrors topic")
-    listing.add_argument("--json", action="store_true", help="one JSON object per partner")
-    listing.add_argument(
-        "--strict", action="store_true", help="exit 2, listing them, if any record of the topic is skipped"
-    )
-    add_kafka_arguments(listing)
-    add_prefix_argument(listing)
+    add_table_list_arguments(listing, "partner")
     listing.set_defaults(func=run_list)
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from streaming.commands.common import (
     add_kafka_arguments,
     add_prefix_argument,
+    add_table_list_arguments,
     format_instant,
     format_table,
     kafka_from,
@@ -76,12 +77,7 @@ def register(subparsers: Any) -> None:
     listing.add_argument("--at", metavar="TIME", help="judge expiry at this UTC instant (default: now)")
     listing.add_argument("--instance", metavar="I", help="only the tables of this instance")
     listing.add_argument("--scope", metavar="DB", help="only the routes of this database")
-    listing.add_argument("--json", action="store_true", help="one JSON object per route")
-    listing.add_argument(
-        "--strict", action="store_true", help="exit 2, listing them, if any record of the topic is skipped"
-    )
-    add_kafka_arguments(listing)
-    add_prefix_argument(listing)
+    add_table_list_arguments(listing, "route")
     listing.set_defaults(func=run_list)
 
     migrate = sub.add_parser(
