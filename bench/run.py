@@ -128,7 +128,7 @@ def main() -> None:
     figures: dict[str, Any] = {
         "measured": started.isoformat(timespec="seconds"),
         "machine": machine(),
-        "settings": vars(args) | {"out_dir": str(args.out_dir)},
+        "settings": vars(args) | {"out_dir": _shown(args.out_dir)},
         "transport": {
             "confluent_copy_msg_s": copy.rate,
             "consumer_performance_msg_s": consumed.fetch_records_per_s,
@@ -343,6 +343,15 @@ def render(
     )
     lines += ["", "![throughput and latency](chart.png)", ""]
     return "\n".join(lines)
+
+
+def _shown(path: Path) -> str:
+    """A folder as the results record it: relative to the project when inside it (no machine path)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        return str(path)
 
 
 if __name__ == "__main__":
