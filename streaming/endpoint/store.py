@@ -95,6 +95,9 @@ CREATE TABLE IF NOT EXISTS ended (
 );
 """
 
+_SIDE = "conversation_id = ? AND initiator = ?"
+"""The condition that selects one dialog side's rows, with `side_params`."""
+
 Side = tuple[str, bool]
 """A dialog side held here: (conversation id, whether this side is the initiator)."""
 
@@ -246,8 +249,7 @@ class DialogStore:
     def dialog(self, side: Side) -> DialogRow | None:
         """The dialog side, or None when it is not held here (never begun, or ended and removed)."""
         row = self._db.execute(
-            f"SELECT {_DIALOG_COLUMNS} FROM dialogs WHERE conversation_id = ? AND initiator = ?",
-            (side[0], int(side[1])),
+            f"SELECT {_DIALOG_COLUMNS} FROM dialogs WHERE {_SIDE}", side_params(side)
         ).fetchone()
         return None if row is None else _dialog(row)
 
@@ -294,53 +296,45 @@ class DialogStore:
 
         EndDialog marks this side ended (CL3). Committed before the caller produces it.
         """
+        ending = message_type == END_DIALOG
         with self._transaction() as db:
-            row = self.sendable(side, now_ms, answering_end=message_type == END_DIALOG)
-            sequence = row.next_send
-            db.execute(
-                "INSERT INTO transmission (conversation_id, initiator, sequence, message_type, body, "
-                "enqueued_ms, due_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (side[0], int(side[1]), sequence, message_type, body, now_ms, due_ms),
-            )
-            db.execute(
-                "UPDATE dialogs SET next_send = next_send + 1, local_ended = ? "
-                "WHERE conversation_id = ? AND initiator = ?",
-                (int(message_type == END_DIALOG), side[0], int(side[1])),
-            )
-            if message_type == END_DIALOG:
-                db.execute(
-                    "DELETE FROM timers WHERE conversation_id = ? AND initiator = ?", side_params(side)
-                )
-        return row, sequence
+            row = self.sendable(side, now_ms, answering_end=ending)
+            self._transmit(db, row, message_type, body, now_ms, due_ms)
+            if ending:
+                db.execute(f"UPDATE dialogs SET local_ended = 1 WHERE {_SIDE}", side_params(side))
+                _delete(db, "timers", side)
+        return row, row.next_send
 
     def end_with_error(self, side: Side, now_ms: int, due_ms: int, body: bytes) -> tuple[DialogRow, int]:
         """END CONVERSATION WITH ERROR: drop what is unacked, then send the Error (CL3)."""
         with self._transaction() as db:
             row = self.sendable(side, now_ms)
+            _delete(db, "transmission", side)
+            self._transmit(db, row, ERROR, body, now_ms, due_ms)
             db.execute(
-                "DELETE FROM transmission WHERE conversation_id = ? AND initiator = ?",
-                (side[0], int(side[1])),
-            )
-            db.execute(
-                "INSERT INTO transmission (conversation_id, initiator, sequence, message_type, body, "
-                "enqueued_ms, due_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (side[0], int(side[1]), row.next_send, ERROR, body, now_ms, due_ms),
-            )
-            db.execute(
-                "UPDATE dialogs SET next_send = next_send + 1, local_ended = 1, error = ? "
-                "WHERE conversation_id = ? AND initiator = ?",
+                f"UPDATE dialogs SET local_ended = 1, error = ? WHERE {_SIDE}",
                 (_error_text(body, "this side"), *side_params(side)),
             )
         return row, row.next_send
+
+    def _transmit(
+        self, db: sqlite3.Connection, row: DialogRow, message_type: str, body: bytes, now_ms: int, due_ms: int
+    ) -> None:
+        """Keep a message as the side's next sequenced one until it is acked (A3, A6)."""
+        db.execute(
+            "INSERT INTO transmission (conversation_id, initiator, sequence, message_type, body, "
+            "enqueued_ms, due_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (*side_params(row.side), row.next_send, message_type, body, now_ms, due_ms),
+        )
+        db.execute(f"UPDATE dialogs SET next_send = next_send + 1 WHERE {_SIDE}", side_params(row.side))
 
     def end_locally(self, side: Side, now_ms: int) -> bool:
         """End a dialog side that sends nothing more (it failed); return whether it was held here."""
         with self._transaction() as db:
             found = db.execute(
-                "UPDATE dialogs SET local_ended = 1 WHERE conversation_id = ? AND initiator = ?",
-                side_params(side),
+                f"UPDATE dialogs SET local_ended = 1 WHERE {_SIDE}", side_params(side)
             ).rowcount
-            db.execute("DELETE FROM timers WHERE conversation_id = ? AND initiator = ?", side_params(side))
+            _delete(db, "timers", side)
             self._settle(db, side, now_ms)
         return bool(found)
 
@@ -351,7 +345,7 @@ class DialogStore:
                 raise DialogClosed(f"dialog {side[0]} is not open here")
             db.execute(
                 "INSERT OR REPLACE INTO timers (conversation_id, initiator, due_ms) VALUES (?, ?, ?)",
-                (side[0], int(side[1]), due_ms),
+                (*side_params(side), due_ms),
             )
 
     # --- what arrives -------------------------------------------------------------------------
@@ -402,7 +396,8 @@ class DialogStore:
                 else:
                     counts.discarded += 1
                 acks[side] = _ack_for(message, side, message.sequence)
-                self._settle(db, side, now_ms)
+                if row.local_ended:  # only a side that ended may be over (`_settle`)
+                    self._settle(db, side, now_ms)
         return list(acks.values()), counts
 
     def acknowledged(self, messages: list[Incoming], now_ms: int) -> int:
@@ -422,11 +417,11 @@ class DialogStore:
                 if through is None:
                     continue
                 freed += db.execute(
-                    "DELETE FROM transmission WHERE conversation_id = ? AND initiator = ? AND sequence <= ?",
-                    (*side_params(side), through),
+                    f"DELETE FROM transmission WHERE {_SIDE} AND sequence <= ?", (*side_params(side), through)
                 ).rowcount
                 self._pin(db, row, ack.from_broker_instance)
-                self._settle(db, side, now_ms)
+                if row.local_ended:  # only a side that ended may be over (`_settle`)
+                    self._settle(db, side, now_ms)
         return freed
 
     def _take(self, db: sqlite3.Connection, row: DialogRow, message: Incoming, *, queued: bool) -> None:
@@ -438,13 +433,11 @@ class DialogStore:
             error = _error_text(message.body)
         db.execute(
             "UPDATE dialogs SET next_take = next_take + 1, far_ended = far_ended OR ?, error = ? "
-            "WHERE conversation_id = ? AND initiator = ?",
+            f"WHERE {_SIDE}",
             (int(ended), error, *side_params(side)),
         )
         if failed:  # the far side failed the dialog: nothing of this side's will be taken (CL3)
-            db.execute(
-                "DELETE FROM transmission WHERE conversation_id = ? AND initiator = ?", side_params(side)
-            )
+            _delete(db, "transmission", side)
         self._pin(db, row, message.from_broker_instance)
         if queued:
             self._queue(db, side, message.sequence, message.message_type, message.body, row.far_service)
@@ -453,8 +446,7 @@ class DialogStore:
         """A2: the first ack (or reply) from the far side fixes the dialog to its database."""
         if not row.pinned and broker_instance:
             db.execute(
-                "UPDATE dialogs SET far_broker_instance = ?, pinned = 1 "
-                "WHERE conversation_id = ? AND initiator = ?",
+                f"UPDATE dialogs SET far_broker_instance = ?, pinned = 1 WHERE {_SIDE}",
                 (broker_instance, *side_params(row.side)),
             )
 
@@ -474,25 +466,17 @@ class DialogStore:
         )
 
     def _ended(self, db: sqlite3.Connection, side: Side) -> bool:
-        return (
-            db.execute(
-                "SELECT 1 FROM ended WHERE conversation_id = ? AND initiator = ?", side_params(side)
-            ).fetchone()
-            is not None
-        )
+        return db.execute(f"SELECT 1 FROM ended WHERE {_SIDE}", side_params(side)).fetchone() is not None
 
     def _settle(self, db: sqlite3.Connection, side: Side, now_ms: int) -> None:
         """Remove a dialog side that is over: ended here, ended or failed there, nothing unacked."""
         row = self.dialog(side)
         if row is None or not row.local_ended or not (row.far_ended or row.error is not None):
             return
-        if db.execute(
-            "SELECT 1 FROM transmission WHERE conversation_id = ? AND initiator = ? LIMIT 1",
-            side_params(side),
-        ).fetchone():
+        if db.execute(f"SELECT 1 FROM transmission WHERE {_SIDE} LIMIT 1", side_params(side)).fetchone():
             return
-        for table in ("dialogs", "timers"):
-            db.execute(f"DELETE FROM {table} WHERE conversation_id = ? AND initiator = ?", side_params(side))  # noqa: S608
+        _delete(db, "dialogs", side)
+        _delete(db, "timers", side)
         db.execute(
             "INSERT OR REPLACE INTO ended (conversation_id, initiator, forget_ms) VALUES (?, ?, ?)",
             (*side_params(side), now_ms + int(ENDED_MEMORY_S * 1000)),
@@ -515,8 +499,7 @@ class DialogStore:
         """Record that these messages were sent again, each with its next due time."""
         with self._transaction() as db:
             db.executemany(
-                "UPDATE transmission SET resends = resends + 1, due_ms = ? "
-                "WHERE conversation_id = ? AND initiator = ? AND sequence = ?",
+                f"UPDATE transmission SET resends = resends + 1, due_ms = ? WHERE {_SIDE} AND sequence = ?",
                 [(due, p.conversation_id, int(p.initiator), p.sequence) for p, due in pending],
             )
 
@@ -537,14 +520,8 @@ class DialogStore:
             for raw in expired:
                 row = _dialog(raw)
                 text = "the dialog's lifetime has passed"
-                db.execute(
-                    "UPDATE dialogs SET error = ? WHERE conversation_id = ? AND initiator = ?",
-                    (text, *side_params(row.side)),
-                )
-                db.execute(
-                    "DELETE FROM transmission WHERE conversation_id = ? AND initiator = ?",
-                    side_params(row.side),
-                )
+                db.execute(f"UPDATE dialogs SET error = ? WHERE {_SIDE}", (text, *side_params(row.side)))
+                _delete(db, "transmission", row.side)
                 if not row.local_ended:
                     self._queue(
                         db,
@@ -569,9 +546,7 @@ class DialogStore:
         with self._transaction() as db:
             for conversation_id, initiator, far_service in due:
                 side = (str(conversation_id), bool(initiator))
-                db.execute(
-                    "DELETE FROM timers WHERE conversation_id = ? AND initiator = ?", side_params(side)
-                )
+                _delete(db, "timers", side)
                 self._queue(db, side, UNSEQUENCED, DIALOG_TIMER, b"", str(far_service))
         return len(due)
 
@@ -610,8 +585,13 @@ class DialogStore:
 
 
 def side_params(side: Side) -> tuple[str, int]:
-    """A dialog side as SQL parameters."""
+    """A dialog side as SQL parameters (`_SIDE`)."""
     return (side[0], int(side[1]))
+
+
+def _delete(db: sqlite3.Connection, table: str, side: Side) -> None:
+    """Delete a dialog side's rows of one of the store's tables."""
+    db.execute(f"DELETE FROM {table} WHERE {_SIDE}", side_params(side))  # noqa: S608 (a table of _SCHEMA)
 
 
 def _ack_for(message: Incoming, side: Side, through: int) -> AckDue:
