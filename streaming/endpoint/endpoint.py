@@ -68,7 +68,7 @@ from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
 from streaming.kafka.connection import Kafka, client_config
 from streaming.rules.model import CURRENT_DATABASE, Database, canonical_guid
-from streaming.tables.reader import read_catalog_table
+from streaming.tables.reader import read_instances
 
 log = logging.getLogger("streaming.endpoint")
 _LIBRDKAFKA_LOG = logging.getLogger("streaming.kafka.librdkafka")
@@ -512,14 +512,7 @@ def _delivered(error: KafkaError | None, message: KafkaMessage) -> None:
 
 def _database(kafka: Kafka, prefix: str, instance: str, database: str, service: str) -> Database:
     """The endpoint's database from the catalogs topic; ConfigError naming what is missing."""
-    topic = topics.catalogs_topic(prefix)
-    catalogs = {i.name: i for i in read_catalog_table(kafka, topic).values()}
-    found = catalogs.get(instance)
-    if found is None:
-        raise ConfigError(
-            f"instance {instance!r} is not in the catalogs topic {topic!r} (found {sorted(catalogs)}); "
-            "load it with `router catalogs load FILE`"
-        )
+    found = read_instances(kafka, topics.catalogs_topic(prefix), [instance])[instance]
     db = found.database(database)
     if db is None:
         raise ConfigError(

@@ -40,7 +40,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streaming import topics
 from streaming.config import Settings
-from streaming.errors import ConfigError, RouterError
+from streaming.errors import RouterError
 from streaming.kafka.admin import create_destination_topics, end_offsets, ensure_topics
 from streaming.kafka.client_log import collapse_outages
 from streaming.rules.model import normalize_address
@@ -52,7 +52,7 @@ from streaming.spark.progress import BatchReport, RunTotals, lag, source_offsets
 from streaming.spark.requests import OutstandingRequests
 from streaming.spark.snapshot import RouteSnapshots
 from streaming.spark.sources import Topology, input_stream, write_options
-from streaming.tables.reader import read_catalog_table
+from streaming.tables.reader import read_instances
 
 log = logging.getLogger("streaming.job")
 
@@ -85,15 +85,8 @@ def _short_error(error: BaseException) -> str:
 
 def load_topology(settings: Settings) -> Topology:
     """Read the catalogs topic and find the job's instances; every instance is an inbound address."""
-    table = read_catalog_table(settings.kafka, topics.catalogs_topic(settings.topic_prefix))
-    by_name = {i.name: i for i in table.values()}
-    missing = [name for name in settings.instances if name not in by_name]
-    if missing:
-        raise ConfigError(
-            f"instance(s) {', '.join(map(repr, missing))} not in the catalogs topic "
-            f"{topics.catalogs_topic(settings.topic_prefix)!r} (found {sorted(by_name)}); "
-            "load it with `router catalogs load FILE`"
-        )
+    topic = topics.catalogs_topic(settings.topic_prefix)
+    by_name = read_instances(settings.kafka, topic, settings.instances)
     return Topology(
         instances=tuple(by_name[name] for name in settings.instances),
         prefix=settings.topic_prefix,

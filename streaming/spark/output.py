@@ -97,17 +97,12 @@ def destination_topic(t: Topology) -> Column:
     return (
         F.when(
             outcome == "deliver",
-            queue_topic_sql(_instance_name(t), F.col("d_database"), F.col("service"), t.prefix),
+            queue_topic_sql(t.instance_name, F.col("d_database"), F.col("service"), t.prefix),
         )
         .when(outcome.isin("send", "forward"), F.coalesce(known, network_topic_sql(address, t.prefix)))
         .when(outcome == "delayed", t.topic_for(topics.delayed_topic))
         .otherwise(t.topic_for(topics.dropped_topic))
     )
-
-
-def _instance_name(t: Topology) -> Column | str:
-    """The instance a row is routed for: a literal when the query routes one."""
-    return t.instances[0].name if len(t.instances) == 1 else F.col("instance")
 
 
 def _message_value() -> Column:

@@ -31,7 +31,7 @@ from streaming.config import Settings
 from streaming.rules.model import Route, normalize_address
 from streaming.spark.engine import Snapshot, build_snapshot, route_frame, snapshot_flags
 from streaming.spark.sources import Topology
-from streaming.tables.reader import MirrorTableReader, RouteTableReader
+from streaming.tables.reader import MirrorTableReader, RouteTableReader, databases_by_instance
 
 log = logging.getLogger("streaming.snapshot")
 
@@ -75,7 +75,7 @@ class RouteSnapshots:
             settings.kafka,
             topics.routes_topic(settings.topic_prefix),
             instance=[i.name for i in topology.instances],
-            databases={i.name: [d.name for d in i.databases] for i in topology.instances},
+            databases=databases_by_instance(topology.instances),
         )
         self.mirrors = MirrorTableReader(settings.kafka, topics.mirrors_topic(settings.topic_prefix))
         self.current: Snapshot | None = None
@@ -106,7 +106,7 @@ class RouteSnapshots:
             route_frame(self.spark, pairs),
             now=now,
             flags=snapshot_flags(pairs, instances, now),
-            mirrors={name: self.mirrors.roles for name in instances},
+            mirrors=dict.fromkeys(instances, self.mirrors.roles),  # one mirrors topic serves them all
             version=version,
             cache=True,
         )

@@ -82,12 +82,24 @@ class Topology:
         """That topic of every instance the query routes, in order."""
         return [kind(i.name, self.prefix) for i in self.instances]
 
-    def topic_for(self, kind: TopicKind, instance: Column | None = None) -> Column:
-        """That topic of the instance a row names (`instance`, by default the `instance` column)."""
+    def per_instance(self, value: Callable[[Instance], Column], instance: Column | None = None) -> Column:
+        """`value` of the instance a row names (`instance`, by default the `instance` column).
+
+        The value itself when the query routes one instance, else a lookup by the instance's name.
+        """
         if len(self.instances) == 1:
-            return F.lit(kind(self.instances[0].name, self.prefix))
-        pairs = [F.lit(x) for i in self.instances for x in (i.name, kind(i.name, self.prefix))]
+            return value(self.instances[0])
+        pairs = [c for i in self.instances for c in (F.lit(i.name), value(i))]
         return F.element_at(F.create_map(*pairs), instance if instance is not None else F.col("instance"))
+
+    def topic_for(self, kind: TopicKind, instance: Column | None = None) -> Column:
+        """That topic of the instance a row names (`per_instance`)."""
+        return self.per_instance(lambda i: F.lit(kind(i.name, self.prefix)), instance)
+
+    @property
+    def instance_name(self) -> Column | str:
+        """The instance a row is routed for: its name when the query routes one, else the column."""
+        return self.instances[0].name if len(self.instances) == 1 else F.col("instance")
 
     @property
     def outbound(self) -> list[str]:
@@ -209,12 +221,7 @@ def _instance_of_topic(t: Topology) -> Column:
 
 def _databases_of(t: Topology, instance: Column) -> Column:
     """The names of the databases of the row's instance (an outbound message names one, S1)."""
-    if len(t.instances) == 1:
-        return F.array(*[F.lit(d.name) for d in t.instances[0].databases])
-    pairs: list[Column] = []
-    for i in t.instances:
-        pairs += [F.lit(i.name), F.array(*[F.lit(d.name) for d in i.databases])]
-    return F.element_at(F.create_map(*pairs), instance)
+    return t.per_instance(lambda i: F.array(*[F.lit(d.name) for d in i.databases]), instance)
 
 
 def _kafka(

@@ -536,6 +536,23 @@ def read_catalog_table(
     return read_once(CatalogTableReader(kafka, topic, timeout=timeout))
 
 
+def read_instances(
+    kafka: Kafka, topic: str, wanted: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT_S
+) -> dict[str, Instance]:
+    """Every catalog on the catalogs topic, by instance name.
+
+    Raises ConfigError naming those of `wanted` it does not hold, with the command that loads them.
+    """
+    by_name = {i.name: i for i in read_catalog_table(kafka, topic, timeout=timeout).values()}
+    missing = [name for name in wanted if name not in by_name]
+    if missing:
+        raise ConfigError(
+            f"instance(s) {', '.join(map(repr, missing))} not in the catalogs topic {topic!r} "
+            f"(found {sorted(by_name)}); load it with `router catalogs load FILE`"
+        )
+    return by_name
+
+
 def read_mirror_roles(
     kafka: Kafka, topic: str, *, timeout: float = DEFAULT_TIMEOUT_S
 ) -> TableRead[MirrorRole]:

@@ -255,7 +255,7 @@ def publish_mirror_roles(
     Raises ConfigError, before anything is written, for an address that is not a TCP address.
     """
     checked = {
-        normalize_address(check_tcp_address(address, Source("--address"), "mirror partner", "address")): role
+        normalize_address(check_tcp_address(address, Source("ADDRESS"), "mirror partner", "address")): role
         for address, role in roles.items()
     }
     ensure_topics(kafka, [topic], compacted=True)
