@@ -29,12 +29,13 @@ from chain import (
     settings_file,
     start_sender,
 )
-from processes import kill, records_with_headers, start_router, stop
+from processes import kill, records_with_headers, start_router, stop, wait_for
 
 from streaming import topics
 from streaming.endpoint import Endpoint, Received
 from streaming.endpoint.protocol import LIFETIME_EXPIRED_CODE
 from streaming.kafka.avro import decode_message
+from streaming.rules.model import Instance, Route
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fault]
 
@@ -42,13 +43,32 @@ DIALOGS = 1000
 MESSAGES = 10  # per dialog: 10,000 in all
 
 
-def wait_until_routing(process: subprocess.Popen[bytes], log: Path, timeout_s: float = 240) -> None:
+def wait_until_routing(process: subprocess.Popen[bytes], log: Path) -> None:
     """Until the router says it routes (its query started), or fail with its log."""
-    deadline = time.monotonic() + timeout_s
-    while "routing instance" not in log.read_text(errors="replace"):
-        assert process.poll() is None, f"the router exited ({process.returncode}):\n{log.read_text()[-3000:]}"
-        assert time.monotonic() < deadline, f"the router did not start:\n{log.read_text()[-3000:]}"
-        time.sleep(0.5)
+    wait_for(
+        lambda: "routing instance" in log.read_text(errors="replace"), 240, "the query's start", process, log
+    )
+
+
+def route_together(
+    bootstrap: str,
+    label: str,
+    instances: tuple[Instance, ...],
+    routes: dict[str, tuple[Route, ...]],
+    tmp_path: Path,
+    started: list[subprocess.Popen[bytes]],
+) -> tuple[str, subprocess.Popen[bytes], Path]:
+    """A fresh prefix with the instances' catalogs and routes, and one `router run` for them all.
+
+    Returns the prefix, the router (started, its query running) and its log.
+    """
+    prefix = new_chain(bootstrap, label, instances, routes)
+    names = [i.name for i in instances]
+    settings = settings_file(tmp_path / "all.yaml", bootstrap, prefix, names, tmp_path / "all")
+    log = tmp_path / "router.log"
+    router = start_router(settings, log, started)
+    wait_until_routing(router, log)
+    return prefix, router, log
 
 
 class Service:
@@ -179,13 +199,9 @@ def test_a_killed_endpoint_resends_what_was_not_acked_and_the_receiver_drops_the
     kafka_bootstrap: str, started: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
     """A3 across a crash: A's endpoint is SIGKILLed after sending, before any ack came back."""
-    prefix = new_chain(kafka_bootstrap, "resend", (A, F, B), CHAIN_ROUTES)
-    settings = settings_file(
-        tmp_path / "all.yaml", kafka_bootstrap, prefix, ["A", "F", "B"], tmp_path / "all"
+    prefix, router, log = route_together(
+        kafka_bootstrap, "resend", (A, F, B), CHAIN_ROUTES, tmp_path, started
     )
-    log = tmp_path / "router.log"
-    router = start_router(settings, log, started)
-    wait_until_routing(router, log)
 
     store = tmp_path / "client.db"
     sender_log = tmp_path / "sender.log"
@@ -221,13 +237,7 @@ def test_two_forwarders_that_point_at_each_other_discard_the_message_and_the_sen
     kafka_bootstrap: str, started: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
     """LP1, LP3, F3: the loop ends when the hops are spent; the sender gives up at the lifetime."""
-    prefix = new_chain(kafka_bootstrap, "loop", (A, F, G), LOOP_ROUTES)
-    settings = settings_file(
-        tmp_path / "all.yaml", kafka_bootstrap, prefix, ["A", "F", "G"], tmp_path / "all"
-    )
-    log = tmp_path / "router.log"
-    router = start_router(settings, log, started)
-    wait_until_routing(router, log)
+    prefix, router, log = route_together(kafka_bootstrap, "loop", (A, F, G), LOOP_ROUTES, tmp_path, started)
 
     # No resend before the lifetime passes: the one copy loops until its hops are spent.
     with client(
@@ -248,10 +258,13 @@ def test_two_forwarders_that_point_at_each_other_discard_the_message_and_the_sen
         assert sender.dialogs() == []
     # F3: each forward cost one hop; the copy whose hops were spent was discarded with the reason.
     loop_ends = [topics.dropped_topic(name, prefix) for name in ("F", "G")]
-    deadline = time.monotonic() + 120
-    while not any(records_with_headers(kafka_bootstrap, topic) for topic in loop_ends):
-        assert time.monotonic() < deadline, f"the loop did not end:\n{log.read_text()[-3000:]}"
-        time.sleep(1)
+    wait_for(
+        lambda: any(records_with_headers(kafka_bootstrap, topic) for topic in loop_ends),
+        120,
+        "the loop's end on a dropped topic",
+        router,
+        log,
+    )
     assert "Traceback" not in stop(router, log, signal.SIGINT)
     dropped = []
     for name in ("F", "G"):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from processes import ROOT, new_namespace, read_outcome, records_with_headers, start_router, stop
+from processes import ROOT, new_namespace, read_outcome, records_with_headers, start_router, stop, wait_for
 
 from streaming import topics
 from streaming.kafka.avro import encode_message, new_message_record
@@ -68,12 +68,10 @@ def send(bootstrap: str, prefix: str, ids: list[str]) -> None:
     assert producer.flush(30) == 0
 
 
-def routing_with_roles(log: Path, records: int, timeout_s: float = 120) -> None:
+def routing_with_roles(router: subprocess.Popen[bytes], log: Path, records: int) -> None:
     """Until a micro-batch's line says its snapshot holds the mirrors topic's first `records` records."""
-    deadline = time.monotonic() + timeout_s
-    while f"mirrors@p0:{records} " not in log.read_text(errors="replace"):
-        assert time.monotonic() < deadline, f"no batch with mirrors@p0:{records}:\n{log.read_text()[-2000:]}"
-        time.sleep(0.2)
+    marker = f"mirrors@p0:{records} "
+    wait_for(lambda: marker in log.read_text(errors="replace"), 120, f"a batch with {marker}", router, log)
 
 
 def arrived(bootstrap: str, prefix: str, ids: list[str], address: str, timeout_s: float = 120) -> None:
@@ -118,21 +116,24 @@ def test_traffic_follows_the_principal_and_waits_while_no_partner_claims_it(
     # Failover: p2 claims the role, p1 steps down. New messages go to p2.
     mirrors_set(kafka_bootstrap, prefix, P1, "mirror")
     mirrors_set(kafka_bootstrap, prefix, P2, "principal")
-    routing_with_roles(log, 4)  # the roles are read before each micro-batch
+    routing_with_roles(router, log, 4)  # the roles are read before each micro-batch
     second = [f"b{n}" for n in range(10)]
     send(kafka_bootstrap, prefix, second)
     arrived(kafka_bootstrap, prefix, second, P2)
 
     # MI3: p2 is unreachable and p1 does not claim the role: no partner is chosen, the messages wait.
     mirrors_set(kafka_bootstrap, prefix, P2, "unreachable")
-    routing_with_roles(log, 5)
+    routing_with_roles(router, log, 5)
     third = [f"c{n}" for n in range(10)]
     send(kafka_bootstrap, prefix, third)
     delayed = topics.delayed_topic("i1", prefix)
-    deadline = time.monotonic() + 120
-    while not set(third) <= set(read_outcome(kafka_bootstrap, [delayed]).ids(delayed)):
-        assert time.monotonic() < deadline, "the messages without a principal were not delayed"
-        time.sleep(0.5)
+    wait_for(
+        lambda: set(third) <= set(read_outcome(kafka_bootstrap, [delayed]).ids(delayed)),
+        120,
+        "the messages without a principal delayed",
+        router,
+        log,
+    )
     names = [partner_topic(P1, prefix), partner_topic(P2, prefix)]
     assert not set(third) & set(read_outcome(kafka_bootstrap, names).ids(*names))
     reasons = {headers.get("reason") for headers, _ in records_with_headers(kafka_bootstrap, delayed)}
