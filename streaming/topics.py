@@ -1,6 +1,6 @@
 """The topic naming scheme: every destination has its own topic, inside the router's namespace.
 
-This module is the one home of topic names; `streaming.spark.topic_names` is its Spark SQL twin,
+This module is the one home of topic names; `router.naming.TopicNames` (jvm/state) is its JVM twin,
 tested against it.
 
     {prefix}.routes                          compacted: route tables (key scope/name, drop = tombstone)

@@ -3,20 +3,18 @@
 The query that does this is planned once per route snapshot (and set of pending requests) and kept,
 as a `router.plan.Prepared` (jvm/state): each micro-batch is given to it as the input of its first
 step, at the level of Spark's RDDs, so a batch runs the same physical plan and generated code as the
-last one, with the snapshot tables broadcast once, and no analysis, planning or code generation of
-its own. Spark runs it as one job: one stage more for the state processor's shuffle. What the driver
-must know of the batch (counts by outcome, the MissingRoute requests made, the destinations that
-could not be written) are Spark's observed metrics of that same run.
+last one, with no analysis, planning or code generation of its own. Spark runs it as one job: one
+stage more for the state processor's shuffle. What the driver must know of the batch (counts by
+outcome, the MissingRoute requests made, the destinations that could not be written) are Spark's
+observed metrics of that same run.
 
-Without a route to the dynamic routing service, D1 within the batch is marked in one ordered pass
-over the decided rows (`router.state.InBatchOrder`), between the decision and the output, so the
-batch is never shuffled for it. Two cases cannot be kept, and are planned again for every batch
-from a `router.plan.Template` (the query built once over a stand-in for the batch, each batch bound
-into its logical plan): with a route to the dynamic routing service, B4's in-batch ranking needs the
-engine's window functions, a shuffle (`streaming.spark.engine.decide`); and while a TRANSPORT route
-exists (T1: the next hop comes from the service name, so the snapshot cannot name every
-destination), the decided rows are kept once, and the topics their C4 decisions lead to are created
-before the records are written.
+The decision is one pass over each partition's rows (`streaming.spark.decision`), which the state
+processor gives with each conversation endpoint's rows in batch order. With a route to the dynamic
+routing service, B4's first request is the first in the whole batch's order: the batch is then
+decided in one partition, in batch order. While a TRANSPORT route exists (T1: the next hop comes
+from the service name, so the snapshot cannot name every destination), the batch is planned anew:
+its decided rows are kept once, and the topics their C4 decisions lead to are created before the
+records are written.
 """
 
 from __future__ import annotations
@@ -30,20 +28,17 @@ from typing import Any
 from pyspark.serializers import CPickleSerializer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
 from streaming.errors import RouterError
-from streaming.spark.engine import BEHIND, BatchContext, Snapshot, apply_behind, decide, decide_each
+from streaming.spark.decision import Snapshot, decide, in_batch_order
 from streaming.spark.output import (
     HOME_COLUMN,
     Destinations,
     batch_metrics,
-    destination_topic,
     output_records,
     with_destinations,
 )
 from streaming.spark.sources import remaining_ttl_s
-from streaming.spark.state import mark_in_batch_order
 
 METRICS = "router_batch"
 
@@ -81,47 +76,26 @@ class BatchMetrics:
         )
 
 
-class _Template:
-    """A Python handle on `router.plan.Template`."""
-
-    def __init__(
-        self, spark: SparkSession, schema: StructType, build: Callable[[DataFrame], DataFrame]
-    ) -> None:
-        jvm = spark._jvm
-        if jvm is None:
-            raise RouterError("the batch plan needs a classic SparkSession (a JVM), not Spark Connect")
-        self.spark = spark
-        slot = DataFrame(jvm.router.plan.Template.slot(spark._jsparkSession, schema.json()), spark)
-        built = build(slot)
-        self.schema = built.schema
-        self._template = jvm.router.plan.Template(built._jdf, slot._jdf)
-
-    def bind(self, frame: DataFrame) -> DataFrame:
-        return DataFrame(self._template.bind(frame._jdf), self.spark)
-
-
 class BatchPlan:
     """The decision and output of every micro-batch of one snapshot (see the module docstring)."""
 
     def __init__(
         self,
-        spark: SparkSession,
         like: DataFrame,
         snapshot: Snapshot,
-        context: BatchContext,
+        pending: frozenset[tuple[str, str, str]],
         destinations: Destinations,
         kafka_options: Mapping[str, str],
         ensure_topics: Callable[[list[str]], Mapping[str, str]] | None = None,
     ) -> None:
-        self.spark = spark
+        self.spark = like.sparkSession
         self.snapshot = snapshot
         self.destinations = destinations
         self.kafka_options = dict(kafka_options)
-        self.ensure_topics = ensure_topics
-        self.in_one_pass = not snapshot.has_bcn
+        self.ensure_topics = ensure_topics if snapshot.flags.has_transport else None
 
-        def prepared(batch: DataFrame) -> DataFrame:
-            return batch.withColumns(
+        def decided(batch: DataFrame) -> DataFrame:
+            rows = batch.withColumns(
                 {
                     # Whose topics a record came from: its dead letter goes to that instance's.
                     HOME_COLUMN: F.col("instance"),
@@ -130,64 +104,48 @@ class BatchPlan:
                     "ttl_s": remaining_ttl_s(F.col("batch_ms")),
                 }
             )
+            return decide(in_batch_order(rows) if snapshot.has_bcn else rows, snapshot, pending)
 
-        def output(decided: DataFrame, destinations: Destinations) -> DataFrame:
-            routed = with_destinations(decided, destinations)
-            observed = routed.observe(METRICS, *batch_metrics(routed))
-            return output_records(observed, destinations, snapshot.version)
-
-        self._prepared: Any = None
-        if self.in_one_pass and not (snapshot.flags.has_transport and ensure_topics is not None):
+        self._decided = decided
+        self._prepared: _Prepared | None = None
+        if self.ensure_topics is None:
             # The usual case: the whole query is planned now, once, and kept (`_Prepared`).
-            def records(b: DataFrame) -> DataFrame:
-                decided = mark_in_batch_order(decide_each(prepared(b), snapshot, context))
-                return output(apply_behind(decided).drop(BEHIND), destinations)
-
-            self._prepared = _Prepared.of(like, records)
-            if self._prepared is not None:
-                return
-        schema = like.schema
-        if self.in_one_pass:
-            self._decide = _Template(spark, schema, lambda b: decide_each(prepared(b), snapshot, context))
-            self._output: Callable[[Destinations], _Template] = lambda d: _Template(
-                spark, _with_behind(self._decide.schema), lambda m: output(apply_behind(m).drop(BEHIND), d)
-            )
-        else:
-            self._decide = _Template(spark, schema, lambda b: decide(prepared(b), snapshot, context))
-            self._output = lambda d: _Template(spark, self._decide.schema, lambda m: output(m, d))
-        self._written = self._output(destinations)
+            self._prepared = _Prepared.of(like, lambda b: _records(decided(b), destinations, snapshot))
 
     def run(self, batch: DataFrame) -> BatchMetrics:
         """Decide `batch` and write everything it gives in one Kafka write; return its metrics."""
         if self._prepared is not None:
             return _metrics(self.spark, self._prepared.write(batch, self.kafka_options))
         jvm = self.spark._jvm
-        assert jvm is not None  # checked when the templates were built
+        assert jvm is not None  # a classic session: the snapshot was built in its JVM
         started = time.monotonic()
-        decided = self._decide.bind(batch)
-        if self.in_one_pass:
-            decided = mark_in_batch_order(decided)
-        written = self._written
-        if self.snapshot.flags.has_transport and self.ensure_topics is not None:
-            decided, written = self._with_transport_topics(decided)
-        records = written.bind(decided)
+        decided, destinations = self._decided(batch), self.destinations
+        if self.ensure_topics is not None:
+            decided, destinations = self._with_transport_topics(decided)
+        records = _records(decided, destinations, self.snapshot)
         planned = time.monotonic()
         observed = jvm.router.plan.KafkaWrite.write(records._jdf, self.kafka_options, METRICS)
         log.debug("batch planned in %.3fs, run in %.3fs", planned - started, time.monotonic() - planned)
         return _metrics(self.spark, observed)
 
-    def _with_transport_topics(self, decided: DataFrame) -> tuple[DataFrame, _Template]:
+    def _with_transport_topics(self, decided: DataFrame) -> tuple[DataFrame, Destinations]:
         """T1: create the topics C4 decisions lead to; the decided rows are kept once for it."""
         assert self.ensure_topics is not None
         kept = decided.localCheckpoint(eager=True)
         t = self.destinations.topology
         transport = kept.where(F.col("error").isNull() & (F.col("choice_step") == "C4"))
-        names = sorted({r[0] for r in transport.select(destination_topic(t)).distinct().collect() if r[0]})
+        names = sorted({r[0] for r in transport.select("d_topic").distinct().collect() if r[0]})
         refused = dict(self.ensure_topics(names)) if names else {}
         if not refused:
-            return kept, self._written
-        unavailable = {**self.destinations.unavailable, **refused}
-        return kept, self._output(Destinations(t, unavailable))
+            return kept, self.destinations
+        return kept, Destinations(t, {**self.destinations.unavailable, **refused})
+
+
+def _records(decided: DataFrame, destinations: Destinations, snapshot: Snapshot) -> DataFrame:
+    """Every record of the decided rows, with the batch's metrics observed on the way."""
+    routed = with_destinations(decided, destinations)
+    observed = routed.observe(METRICS, *batch_metrics(routed))
+    return output_records(observed, destinations, snapshot.version)
 
 
 class _Prepared:
@@ -220,7 +178,3 @@ def _metrics(spark: SparkSession, observed: Any) -> BatchMetrics:
     assert jvm is not None  # a classic session: checked when the plan was built
     row = CPickleSerializer().loads(jvm.org.apache.spark.sql.api.python.PythonSQLUtils.toPyRow(observed))
     return BatchMetrics.of(row.asDict(recursive=False))
-
-
-def _with_behind(schema: StructType) -> StructType:
-    return StructType([*schema.fields]).add(BEHIND, "boolean", False)

@@ -1,7 +1,8 @@
-"""The Spark engine behind the `Decider` protocol: a batch becomes DataFrames, decisions come back.
+"""The Spark engine behind the `Decider` protocol: a batch becomes a DataFrame, decisions come back.
 
-Used by `router resolve --engine spark` and by the tests that hold the two engines equal. The
-streaming job calls `streaming.spark.engine.decide` on its micro-batches directly.
+Used by `router resolve --engine spark` and by the tests that hold the two engines equal. It decides
+with what the streaming job decides with (`streaming.spark.decision`): the route snapshot in the
+JVM, and the pass over the batch's rows in batch order.
 """
 
 from __future__ import annotations
@@ -9,33 +10,46 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pyspark.sql import Row, SparkSession
+from pyspark.sql.types import (
+    BooleanType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from streaming.rules.batch import BatchResult, RoutingBatch
-from streaming.rules.model import (
-    BROKER_CONFIGURATION_SERVICE,
-    Decision,
-    Outcome,
-    Reason,
+from streaming.rules.model import Decision, Outcome, Reason
+from streaming.spark.decision import build_snapshot, decide, in_batch_order, local_frame
+
+MESSAGE_SCHEMA = StructType(
+    [
+        StructField("pos", LongType(), False),
+        StructField("instance", StringType(), False),
+        StructField("id", StringType(), False),
+        StructField("conversation_id", StringType(), False),
+        StructField("service", StringType(), False),
+        StructField("origin", StringType(), False),
+        StructField("bid", StringType(), True),
+        StructField("from_target", BooleanType(), False),
+        StructField("message_type", StringType(), False),
+        StructField("hops_remaining", IntegerType(), False),
+        StructField("ttl_s", DoubleType(), True),
+        StructField("size_bytes", LongType(), False),
+        # K2: what the message's conversation chose before (`RoutingBatch.choices`).
+        StructField("kept_bid", StringType(), True),
+        StructField("kept_route_service", StringType(), True),
+        StructField("kept_address", StringType(), True),
+        # D1: the message's endpoint has a message waiting (`RoutingBatch.waiting_endpoints`).
+        StructField("waiting", BooleanType(), False),
+    ]
 )
-from streaming.spark.engine import (
-    BEHIND,
-    CHOICE_SCHEMA,
-    MESSAGE_SCHEMA,
-    apply_behind,
-    attach_choices,
-    batch_context,
-    build_snapshot,
-    decide,
-    decide_each,
-    local_frame,
-    route_frame,
-    snapshot_flags,
-)
-from streaming.spark.state import mark_in_batch_order
 
 
 class SparkDecider:
-    """Decide batches with the Spark SQL engine on a (local) SparkSession."""
+    """Decide batches with the Spark engine on a (local) SparkSession."""
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
@@ -54,92 +68,65 @@ class SparkDecider:
     def decide_many(self, batches: Sequence[RoutingBatch]) -> list[BatchResult]:
         """Decide several independent batches, each with its own instance and routes, side by side.
 
-        The batches become one Spark plan per distinct clock: each batch is an instance of the
+        The batches are decided in one pass, one after the other: each batch is an instance of the
         snapshot (keyed by its index), so no route, catalog, request or conversation of one batch
         is seen by another. The result is in the order of `batches`.
         """
-        results: list[BatchResult | None] = [None] * len(batches)
-        # One plan per clock, and apart the batches that route to the dynamic routing service: the
-        # others are decided as the streaming job decides them, with D1 marked in one ordered pass.
-        by_clock: dict[object, list[int]] = {}
-        for index, batch in enumerate(batches):
-            has_bcn = any(r.service == BROKER_CONFIGURATION_SERVICE for r in batch.routes)
-            by_clock.setdefault((batch.now, has_bcn), []).append(index)
-        for indexes in by_clock.values():
-            together = self._decide_together([batches[i] for i in indexes])
-            for index, result in zip(indexes, together, strict=True):
-                results[index] = result
-        return [r if r is not None else BatchResult(decisions=()) for r in results]
-
-    def _decide_together(self, batches: Sequence[RoutingBatch]) -> list[BatchResult]:
+        if not batches:
+            return []
         keys = [str(k) for k in range(len(batches))]
         rows: list[tuple[object, ...]] = []
         for key, batch in zip(keys, batches, strict=True):
-            first = len(rows)  # positions run on across the batches: `pos` is unique in the plan
-            rows.extend(
-                (
-                    first + pos,
-                    key,
-                    m.id,
-                    m.conversation_id,
-                    m.service,
-                    m.origin,
-                    m.broker_instance,
-                    m.from_target,
-                    m.message_type,
-                    m.hops_remaining,
-                    m.time_to_live_s,
-                    m.size_bytes,
+            for m in batch.messages:
+                kept = batch.choices.get(m.choice_key)
+                rows.append(
+                    (
+                        len(rows),  # `pos` runs on across the batches: batch order is key order
+                        key,
+                        m.id,
+                        m.conversation_id,
+                        m.service,
+                        m.origin,
+                        m.broker_instance,
+                        m.from_target,
+                        m.message_type,
+                        m.hops_remaining,
+                        m.time_to_live_s,
+                        m.size_bytes,
+                        *(kept if kept is not None else (None, None, None)),
+                        m.endpoint in batch.waiting_endpoints,
+                    )
                 )
-                for pos, m in enumerate(batch.messages)
-            )
         if not rows:
             return [BatchResult(decisions=()) for _ in batches]
-        messages = local_frame(self.spark, rows, MESSAGE_SCHEMA)
-        routes = [(key, route) for key, batch in zip(keys, batches, strict=True) for route in batch.routes]
-        instances = {key: batch.instance for key, batch in zip(keys, batches, strict=True)}
-        now = batches[0].now
-        snapshot = build_snapshot(
-            self.spark,
-            instances,
-            route_frame(self.spark, routes),
-            now=now,
-            flags=snapshot_flags(routes, instances, now),
-            mirrors={key: dict(batch.mirrors) for key, batch in zip(keys, batches, strict=True)},
-        )
-        context = batch_context(
-            self.spark,
-            pending=frozenset(
-                (key, scope, service)
-                for key, batch in zip(keys, batches, strict=True)
-                for scope, service in batch.pending_requests
-            ),
-            waiting=frozenset(
-                (key, conversation, from_target)
-                for key, batch in zip(keys, batches, strict=True)
-                for conversation, from_target in batch.waiting_endpoints
-            ),
-        )
-        kept = [
-            (key, *choice_key, *identity)
-            for key, batch in zip(keys, batches, strict=True)
-            for choice_key, identity in sorted(batch.choices.items())
+        snapshots = [
+            build_snapshot(
+                self.spark,
+                {key: batch.instance for key, batch in zip(keys, batches, strict=True)},
+                [(key, route) for key, batch in zip(keys, batches, strict=True) for route in batch.routes],
+                now=now,
+                mirrors={key: dict(batch.mirrors) for key, batch in zip(keys, batches, strict=True)},
+            )
+            for now in sorted({batch.now for batch in batches})
         ]
-        if kept:
-            messages = attach_choices(messages, local_frame(self.spark, kept, CHOICE_SCHEMA))
-        if snapshot.has_bcn:
-            decided = decide(messages, snapshot, context)
-        else:
-            # Each conversation endpoint's rows together in batch order, as the state processor lets
-            # them leave in the job (sorted after the decision: Spark drops a sort below a join).
-            each = decide_each(messages, snapshot, context)
-            endpoint = ("instance", "conversation_id", "from_target")
-            ordered = each.repartition(1).sortWithinPartitions(*endpoint, "pos")
-            decided = apply_behind(mark_in_batch_order(ordered)).drop(BEHIND)
-        result = decided.orderBy("pos").collect()
+        by_now = {s.at: s for s in snapshots}
+        pending = frozenset(
+            (key, scope, service)
+            for key, batch in zip(keys, batches, strict=True)
+            for scope, service in batch.pending_requests
+        )
+        messages = in_batch_order(local_frame(self.spark, rows, MESSAGE_SCHEMA))
         by_key: dict[str, list[Row]] = {key: [] for key in keys}
-        for row in result:
-            by_key[row["instance"]].append(row)
+        try:
+            # Batches with different clocks (R6) are decided against their own snapshots.
+            for now, snapshot in by_now.items():
+                instants = [key for key, batch in zip(keys, batches, strict=True) if batch.now == now]
+                chosen = messages.where(messages["instance"].isin(instants))
+                for row in decide(chosen, snapshot, pending).collect():
+                    by_key[row["instance"]].append(row)
+        finally:
+            for snapshot in snapshots:
+                snapshot.release()
         return [
             BatchResult(
                 decisions=tuple(_to_decision(r, batch) for r in by_key[key]),

@@ -10,7 +10,7 @@ The data's path, each step in its module:
 2. `streaming.spark.snapshot`: before each micro-batch, the route snapshot as the routes and
    mirror roles are now (read incrementally from their compacted topics), and the topics it can
    route to, created when it changes.
-3. `streaming.spark.batch`: the micro-batch is decided (`streaming.spark.engine`) and every record
+3. `streaming.spark.batch`: the micro-batch is decided (`streaming.spark.decision`) and every record
    it gives (`streaming.spark.output`) written in one Kafka write; its observed metrics tell the
    driver what it needs (`streaming.spark.requests` keeps the MissingRoute requests, B4).
 4. `streaming.spark.progress`: one line per batch for a person.
@@ -46,7 +46,7 @@ from streaming.kafka.client_log import collapse_outages
 from streaming.rules.model import normalize_address
 from streaming.spark.batch import BatchMetrics, BatchPlan
 from streaming.spark.checkpoint import drop_uncommitted_batch, logged_batches
-from streaming.spark.engine import Snapshot, batch_context
+from streaming.spark.decision import Snapshot
 from streaming.spark.output import Destinations
 from streaming.spark.progress import BatchReport, RunTotals, lag, source_offsets
 from streaming.spark.requests import OutstandingRequests
@@ -367,17 +367,18 @@ class RouterJob:
         unavailable = dict(self.snapshots.unavailable)
         key = (id(snapshot), pending, tuple(sorted(unavailable.items())))
         if self._plan is None or key != self._plan_key:
-            context = batch_context(self.spark, pending=pending)
+            previous = self._plan.snapshot if self._plan is not None else None
             self._plan = BatchPlan(
-                self.spark,
                 batch,
                 snapshot,
-                context,
+                pending,
                 Destinations(self.topology, unavailable),
                 write_options(self.settings),
                 ensure_topics=self.snapshots.ensure_reachable,
             )
             self._plan_key = key
+            if previous is not None and previous is not snapshot:
+                previous.release()  # no batch runs with it again
         return self._plan
 
     def _warn_unavailable(self, metrics: BatchMetrics) -> None:

@@ -12,10 +12,11 @@ One decided row gives up to four records, made in one projection and written in 
   the instance's outbound topic (it is routed like any message of its database), and the request's
   record on the requests topic (B4).
 
-The destination topic is `streaming.topics`' naming as a SQL expression (`streaming.spark.topic_names`):
-a local service's queue, another instance's inbound topic, a network address's topic, the delayed or
-the dropped topic. A destination the router could not create (`Destinations.unavailable`) sends
-its messages to the dropped topic with the reason `destination_unavailable` and the broker's error.
+The destination topic is the decision's (`d_topic`, `streaming.spark.decision`), named as
+`streaming.topics` names them: a local service's queue, another instance's inbound topic, a
+network address's topic, the delayed or the dropped topic. A destination the router could not
+create (`Destinations.unavailable`) sends its messages to the dropped topic with the reason
+`destination_unavailable` and the broker's error.
 A message is written as it arrived, byte for byte, unless its decision changes it: a forwarded one
 carries one hop less (F3), a delayed one one attempt more.
 """
@@ -33,10 +34,9 @@ from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, St
 from streaming import topics
 from streaming.kafka.avro import schema_json
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, MISSING_ROUTE_MESSAGE_TYPE
-from streaming.spark.engine import KEPT_COLUMNS, normalize_address_sql
+from streaming.spark.decision import KEPT_COLUMNS
 from streaming.spark.sources import SOURCE_DELAYED, SOURCE_INBOUND, Topology
 from streaming.spark.state import FIRST_COLUMN, choice_key, choice_value
-from streaming.spark.topic_names import network_topic_sql, queue_topic_sql
 
 DESTINATION_UNAVAILABLE = "destination_unavailable"
 """The reason of a message whose destination topic could not be created or written."""
@@ -88,23 +88,6 @@ def _now_text(offset_s: float = 0.0) -> Column:
     return F.date_format(F.timestamp_millis(F.col("batch_ms") + F.lit(int(offset_s * 1000))), _TIME_FORMAT)
 
 
-def destination_topic(t: Topology) -> Column:
-    """The topic a decided row's message goes to (before unavailable destinations are set aside)."""
-    outcome = F.col("outcome")
-    address = normalize_address_sql(F.col("d_address"))
-    inbound = [F.lit(x) for pair in sorted(t.inbound_by_address.items()) for x in pair]
-    known = F.try_element_at(F.create_map(*inbound), address) if inbound else F.lit(None).cast("string")
-    return (
-        F.when(
-            outcome == "deliver",
-            queue_topic_sql(t.instance_name, F.col("d_database"), F.col("service"), t.prefix),
-        )
-        .when(outcome.isin("send", "forward"), F.coalesce(known, network_topic_sql(address, t.prefix)))
-        .when(outcome == "delayed", t.topic_for(topics.delayed_topic))
-        .otherwise(t.topic_for(topics.dropped_topic))
-    )
-
-
 def _message_value() -> Column:
     """The bytes a message leaves with: as it arrived, or re-encoded where the decision changed it."""
     schema = schema_json("message")
@@ -121,8 +104,7 @@ def _message_value() -> Column:
 
 def with_destinations(decided: DataFrame, d: Destinations) -> DataFrame:
     """Add `_dest` (the destination topic) and `_unavailable` (the broker's error, when it refused it)."""
-    t = d.topology
-    frame = decided.withColumn("_dest", F.when(F.col("error").isNull(), destination_topic(t)))
+    frame = decided.withColumn("_dest", F.when(F.col("error").isNull(), F.col("d_topic")))
     if d.unavailable:
         refused = F.create_map(*[F.lit(x) for pair in sorted(d.unavailable.items()) for x in pair])
         unavailable = F.try_element_at(refused, F.col("_dest"))

@@ -4,9 +4,9 @@ The routes and mirror roles come from their compacted topics through the one tab
 project (`streaming.tables.reader`): a record that does not decode or holds an invalid value is
 skipped with a warning, and the last good value of its key stands. The readers are read to the
 end once when the job starts; before each micro-batch a poll takes what was written since, at
-no cost when nothing was. The snapshot is built again (`streaming.spark.engine.build_snapshot`)
-when the routes or roles changed, or when a route's lifetime ended (R6), so a route change is
-seen by the first micro-batch after it arrives.
+no cost when nothing was. The snapshot is built again (`streaming.spark.decision.build_snapshot`,
+in the JVM, and broadcast) when the routes or roles changed, or when a route's lifetime ended (R6),
+so a route change is seen by the first micro-batch after it arrives.
 
 The topics a snapshot can route to are known from it: the queue of every service of the
 instances' databases, the inbound topic of every instance in the catalogs, the topic of every
@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession
 from streaming import topics
 from streaming.config import Settings
 from streaming.rules.model import Route, normalize_address
-from streaming.spark.engine import Snapshot, build_snapshot, route_frame, snapshot_flags
+from streaming.spark.decision import Snapshot, TopicNaming, build_snapshot
 from streaming.spark.sources import Topology
 from streaming.tables.reader import MirrorTableReader, RouteTableReader, databases_by_instance
 
@@ -78,6 +78,13 @@ class RouteSnapshots:
             databases=databases_by_instance(topology.instances),
         )
         self.mirrors = MirrorTableReader(settings.kafka, topics.mirrors_topic(settings.topic_prefix))
+        t = topology
+        self.naming = TopicNaming(
+            prefix=t.prefix,
+            inbound=t.inbound_by_address,
+            delayed={i.name: topics.delayed_topic(i.name, t.prefix) for i in t.instances},
+            dropped={i.name: topics.dropped_topic(i.name, t.prefix) for i in t.instances},
+        )
         self.current: Snapshot | None = None
         self.unavailable: dict[str, str] = {}
         """Destination topics the broker refused, with its error."""
@@ -103,12 +110,11 @@ class RouteSnapshots:
         snapshot = build_snapshot(
             self.spark,
             instances,
-            route_frame(self.spark, pairs),
+            pairs,
             now=now,
-            flags=snapshot_flags(pairs, instances, now),
             mirrors=dict.fromkeys(instances, self.mirrors.roles),  # one mirrors topic serves them all
+            topics=self.naming,
             version=version,
-            cache=True,
         )
         self.ensure_reachable(reachable_topics(self.topology, pairs))
         self.current, self._stale = snapshot, False

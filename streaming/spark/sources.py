@@ -29,7 +29,7 @@ from streaming.config import Settings
 from streaming.errors import ConfigError, RouterError
 from streaming.kafka.avro import schema_json
 from streaming.rules.model import Instance
-from streaming.spark.engine import KEPT_COLUMNS
+from streaming.spark.decision import KEPT_COLUMNS
 from streaming.spark.state import apply_state, as_choices, as_delayed, as_messages
 from streaming.tables.validate import ADDRESS_MAX, SYSNAME_MAX
 

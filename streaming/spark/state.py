@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, IntegerType, LongType, StringType, StructField, StructType
 
 from streaming.errors import RouterError
-from streaming.spark.engine import CHOICE_IDENTITY_COLUMNS, KEPT_COLUMNS
+from streaming.spark.decision import CHOICE_IDENTITY_COLUMNS, KEPT_COLUMNS
 
 MESSAGE, CHOICE, DELAYED = 0, 1, 2
 """The kinds of rows the processor takes (`c_kind`)."""
@@ -142,16 +142,3 @@ def choice_value() -> Column:
             *[F.col(c).alias(f) for c, f in zip(CHOICE_IDENTITY_COLUMNS, _IDENTITY_FIELDS, strict=True)],
         )
     )
-
-
-def mark_in_batch_order(decided: DataFrame) -> DataFrame:
-    """D1 in batch order without a shuffle: add `BEHIND` (`router.state.InBatchOrder`).
-
-    Each conversation's rows must come together, in batch order, in their partition, as the state
-    processor lets them leave and the decision's broadcast lookups keep them.
-    """
-    spark = decided.sparkSession
-    jvm = spark._jvm
-    if jvm is None:
-        raise RouterError("the in-batch order step needs a classic SparkSession (a JVM), not Spark Connect")
-    return DataFrame(jvm.router.state.InBatchOrder.behind(decided._jdf), spark)

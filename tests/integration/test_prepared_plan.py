@@ -76,7 +76,7 @@ def test_each_batch_runs_the_kept_query_alone_with_its_own_metrics(
 
 
 def under_an_rdd(frame: DataFrame) -> DataFrame:
-    """`frame` read through its RDD, as the in-batch order pass puts the decision under the output."""
+    """`frame` read through its RDD, as the decision pass puts itself under the output."""
     jdf = frame._jdf
     rows = jdf.queryExecution().toRdd()
     return DataFrame(

@@ -30,6 +30,8 @@ from streaming.rules.model import (
     Instance,
     Message,
     MirrorRole,
+    Outcome,
+    Reason,
     Route,
     normalize_address,
 )
@@ -63,6 +65,10 @@ def test_scenario_on_the_spark_engine(path: Path, spark_decider: SparkDecider) -
 # the reference engine decides each case alone. On a failure hypothesis shrinks the list and the
 # case to the smallest that still disagrees.
 #
+# An example's cases must fit in hypothesis's buffer of drawn data: with 100 cases per example it
+# ran out, and hypothesis quietly kept only three examples of one message each, so that every
+# decision checked was `delayed`. `test_the_agreement_examples_cover_every_outcome` keeps watch.
+#
 # A case spends few of hypothesis's choices: each route and each message is one drawn integer whose
 # digits (`Fields`) select its attributes, the first option of every list being the simplest.
 
@@ -80,8 +86,8 @@ OWN = "TCP://me:4022"
 ADDRESSES = ("LOCAL", "TRANSPORT", "tcp://a:4022", "TCP://a:4022/", "tcp://b:4022", OWN)
 MIRRORS = ("tcp://p1:4022", "tcp://p2:4022")
 EXPIRIES = (None, None, NOW - timedelta(seconds=1), NOW + timedelta(hours=1))
-CASES_PER_EXAMPLE = 100
-EXAMPLES = 25
+CASES_PER_EXAMPLE = 20
+EXAMPLES = 150
 
 
 class Fields:
@@ -231,6 +237,31 @@ def test_the_engines_decide_alike(examples: list[RoutingBatch], spark_decider: S
     assert_alike(examples, spark_decider.decide_many(examples))
 
 
+def test_the_agreement_examples_cover_every_outcome() -> None:
+    """The generated cases reach every outcome, every reason and every step, in thousands of decisions."""
+    seen: set[object] = set()
+    counts = {"cases": 0, "decisions": 0}
+
+    @settings(AGREEMENT, max_examples=EXAMPLES)
+    @given(examples=st.lists(cases(), min_size=CASES_PER_EXAMPLE, max_size=CASES_PER_EXAMPLE))
+    def collect(examples: list[RoutingBatch]) -> None:
+        for case in examples:
+            counts["cases"] += 1
+            for d in ReferenceEngine().decide(case).decisions:
+                counts["decisions"] += 1
+                seen.update((d.outcome, d.reason, d.match_step, d.choice_step))
+
+    collect()
+    assert counts["cases"] >= EXAMPLES * CASES_PER_EXAMPLE // 2, counts
+    assert counts["decisions"] >= 10 * counts["cases"], counts
+    missing = [
+        x
+        for x in (*Outcome, *Reason, "S4", "M1", "M2", "M3", "M4", "M5", "M6", "M7", "C1", "C2", "C3", "C4")
+        if x not in seen
+    ]
+    assert not missing, f"no generated decision has {missing}"
+
+
 def assert_alike(examples: Sequence[RoutingBatch], spark_results: Sequence[BatchResult]) -> None:
     """Every decision, the MissingRoute requests and the kept choices are the reference engine's."""
     reference = ReferenceEngine()
@@ -252,7 +283,7 @@ def assert_alike(examples: Sequence[RoutingBatch], spark_results: Sequence[Batch
 
 K2_ADDRESSES = ("tcp://a:4022", "tcp://b:4022", "tcp://c:4022", "LOCAL", "TRANSPORT", OWN)
 K2_SERVICES = ("Orders", "Parts", "tcp://h9:4022/Svc")
-K2_EXAMPLES = 10
+K2_EXAMPLES = 60
 
 
 def _k2_route(n: int, code: int) -> Route:

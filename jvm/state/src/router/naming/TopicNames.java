@@ -8,9 +8,8 @@ import java.security.NoSuchAlgorithmException;
  * The JVM twin of {@code streaming.topics}: the destination topic names the batch gives each
  * decided message, equal byte for byte to the Python ones (tested against them).
  *
- * <p>The streaming job calls these through Spark SQL's {@code java_method}, so a name costs one
- * method call per message instead of an expression of several regular expressions. The scheme
- * itself (escaping, cut parts, cut names) is documented in {@code streaming/topics.py}, its one
+ * <p>The decision ({@code router.rules.Decide}) names each message's destination with these, once
+ * per destination and pass (it keeps the names it made). The scheme itself (escaping, cut parts, cut names) is documented in {@code streaming/topics.py}, its one
  * home; the constants here are its constants. A null part gives a null name.
  */
 public final class TopicNames {

@@ -57,7 +57,7 @@ public final class Prepared {
    *
    * <p>It is not kept when a shuffle runs between {@link #input} and its output: that shuffle's map
    * outputs would be read again, for the next batch, as if they were new. The RDDs are searched,
-   * not the plan, so a step put under the query as an RDD (the in-batch order pass) is seen too.
+   * not the plan, so a step put under the query as an RDD (the decision pass) is seen too.
    */
   public boolean keep(Dataset<Row> records) {
     QueryExecution built = records.queryExecution();

@@ -1,32 +1,27 @@
-"""The Spark SQL twins of the topic names (streaming/spark/topic_names.py, which call the JVM twin
-router.naming.TopicNames) name exactly as streaming/topics.py does, byte for byte.
+"""The JVM twin of the topic names (router.naming.TopicNames, with which the decision names each
+message's destination topic, `d_topic`) names exactly as streaming/topics.py does, byte for byte.
 
-Every input row is a (name, database, service) triple; each is named by `escape_sql` and, under
-every (prefix, instance) of PLACES, by `network_topic_sql` and `queue_topic_sql`, all in one Spark
-job per test example (EXAMPLES of ROWS_PER_EXAMPLE generated rows, and one of hard cases), and
-compared with the Python functions. PLACES reach the limits: a prefix of the longest allowed
-length and an instance cut at MAX_PART leave a queue 30 characters for its database and service,
-so names around that length cross the 249-character cut; a prefix of 120 with `_`, `.` and `-`
-and an escaped instance leave 103.
+Every input is a (name, database, service) triple; each is named by `escape` and, under every
+(prefix, instance) of PLACES, by `network` and `queue` (EXAMPLES of ROWS_PER_EXAMPLE generated
+triples, and the hard cases), and compared with the Python functions. PLACES reach the limits: a
+prefix of the longest allowed length and an instance cut at MAX_PART leave a queue 30 characters
+for its database and service, so names around that length cross the 249-character cut; a prefix
+of 120 with `_`, `.` and `-` and an escaped instance leave 103.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyspark.sql import Column, SparkSession
+from pyspark.sql import SparkSession
 
 from streaming import topics
-from streaming.spark.engine import local_frame
-from streaming.spark.topic_names import escape_sql, network_topic_sql, queue_topic_sql
 
 pytestmark = pytest.mark.integration
 
-SCHEMA = "name string, database string, service string"
 PLACES = [
     (topics.DEFAULT_PREFIX, "i1"),
     ("p" * topics.MAX_PREFIX, "i" * 100),
@@ -79,28 +74,25 @@ def hard_cases() -> list[Triple]:
 
 
 def mismatches(spark: SparkSession, triples: Sequence[Triple]) -> list[str]:
-    """Name every triple in SQL in one job; return how each differs from streaming.topics."""
-    frame = local_frame(spark, list(triples), SCHEMA)
-    name, database, service = frame["name"], frame["database"], frame["service"]
-    columns: list[Column] = [escape_sql(name)]
-    for prefix, instance in PLACES:
-        columns += [network_topic_sql(name, prefix), queue_topic_sql(instance, database, service, prefix)]
-    rows = frame.select(name, database, service, *[c.alias(f"c{i}") for i, c in enumerate(columns)]).collect()
-    assert len(rows) == len(triples)
+    """Name every triple in the JVM; return how each differs from streaming.topics."""
+    jvm = spark._jvm
+    assert jvm is not None
+    names = jvm.router.naming.TopicNames
     wrong = []
-    for row in rows:
-        name_, database_, service_ = row["name"], row["database"], row["service"]
-        expected = [None if name_ is None else topics.escape(name_)]
+    for name, database, service in triples:
+        got = [names.escape(name)]
+        expected = [None if name is None else topics.escape(name)]
         for prefix, instance in PLACES:
+            got += [names.network(prefix, name), names.queue(prefix, instance, database, service)]
             expected += [
-                None if name_ is None else topics.network_topic(name_, prefix),
+                None if name is None else topics.network_topic(name, prefix),
                 None
-                if database_ is None or service_ is None
-                else topics.queue_topic(instance, database_, service_, prefix),
+                if database is None or service is None
+                else topics.queue_topic(instance, database, service, prefix),
             ]
-        for i, want in enumerate(expected):
-            if row[f"c{i}"] != want:
-                wrong.append(f"column {i} of {tuple(row[:3])!r}: SQL {row[f'c{i}']!r}, Python {want!r}")
+        for i, (have, want) in enumerate(zip(got, expected, strict=True)):
+            if have != want:
+                wrong.append(f"name {i} of {(name, database, service)!r}: JVM {have!r}, Python {want!r}")
     return wrong
 
 
@@ -130,23 +122,3 @@ def test_generated_names_are_named_alike(spark: SparkSession, drawn: list[str]) 
     # Each name is a row's name, the next row's database and the one after's service.
     triples = list(zip(drawn, drawn[1:] + drawn[:1], drawn[2:] + drawn[:2], strict=True))
     assert mismatches(spark, triples) == []
-
-
-def test_each_name_is_one_call_of_the_jvm_twin(
-    spark: SparkSession, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # Names computed from a column, so that the optimizer cannot fold the expressions away.
-    frame = spark.range(1).selectExpr(*[f"concat('{c}', id) AS {c}" for c in ("name", "database", "service")])
-    prefix, instance = PLACES[0]
-    frame.select(
-        escape_sql(frame["name"]).alias("escaped"),
-        network_topic_sql(frame["name"], prefix).alias("network"),
-        queue_topic_sql(instance, frame["database"], frame["service"], prefix).alias("queue"),
-    ).explain()
-    plan = capsys.readouterr().out
-    # Each name is one call of router.naming.TopicNames (java_method: a reflective call per row,
-    # measured at well under a second per 100,000 names), not a chain of regular expressions and
-    # no lambda (a higher-order function, which Spark interprets row by row, cost seconds).
-    calls = re.findall(r"java_method\(router\.naming\.TopicNames, (\w+),", plan)
-    assert sorted(calls) == ["escape", "network", "queue"], plan
-    assert "regexp_replace" not in plan and "lambdafunction" not in plan.lower(), plan

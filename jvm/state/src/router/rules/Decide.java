@@ -1,0 +1,319 @@
+package router.rules;
+
+import java.io.Serializable;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+import org.apache.spark.api.java.JavaSparkContext;
+import org.apache.spark.broadcast.Broadcast;
+import org.apache.spark.rdd.RDD;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.JoinedRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
+import org.apache.spark.sql.classic.SparkSession;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
+import router.naming.TopicNames;
+import scala.jdk.javaapi.CollectionConverters;
+import scala.reflect.ClassTag$;
+import scala.runtime.AbstractFunction1;
+
+/**
+ * A batch's messages decided in the JVM, one pass per partition, with the batch semantics of
+ * {@code streaming.rules.batch} (the reference engine's {@code ReferenceEngine.decide}):
+ *
+ * <ul>
+ *   <li>D1, B7: a locally originated message whose conversation endpoint has a message waiting
+ *       (the state processor's {@code waiting}, or one delayed earlier in the pass) is delayed
+ *       behind it;
+ *   <li>B4: the first message to reach M4 for (instance, scope, service) asks; later ones find the
+ *       request pending;
+ *   <li>K2: a message that keeps its choice is given what its conversation chose earlier in the
+ *       pass, else what the row carries ({@code kept_*}, from the state processor).
+ * </ul>
+ *
+ * <p>Each endpoint's rows must come in batch order within their partition (the state processor
+ * lets them leave so); B4 across endpoints needs the whole batch in one partition in batch order,
+ * which the caller arranges while a route to the dynamic routing service exists. A row whose
+ * {@code error} is set (it did not decode) is not decided: its decision columns are null.
+ *
+ * <p>Adds {@link #COLUMNS}: the decision ({@code outcome}, {@code d_database}, {@code d_address},
+ * {@code d_route}, {@code match_step}, {@code choice_step}, {@code reason}, {@code requests},
+ * {@code d_hops_remaining}, {@code d_scope}) and K2's ({@code k_bid}, {@code k_route_service},
+ * {@code k_address}: the identity to keep; {@code k_change}: {@code first} when the conversation
+ * kept none, {@code again} when it kept another); and {@code d_topic}, the topic the message goes
+ * to, when the snapshot names topics ({@code streaming.topics}' naming, by {@link
+ * router.naming.TopicNames}): a local service's queue for {@code deliver}, the next hop's inbound or
+ * network topic for {@code send} and {@code forward}, the instance's delayed topic, else its
+ * dropped topic.
+ */
+public final class Decide {
+  static final String[] COLUMNS = {
+    "outcome", "d_database", "d_address", "d_route", "match_step", "choice_step", "reason", "requests",
+    "d_hops_remaining", "d_scope", "k_bid", "k_route_service", "k_address", "k_change", "d_topic"
+  };
+  private static final int HOPS = 8;
+
+  private Decide() {}
+
+  /** {@code snapshot} broadcast to the tasks, once per route snapshot. */
+  public static Broadcast<Snapshot> broadcast(org.apache.spark.sql.SparkSession spark, Snapshot snapshot) {
+    return JavaSparkContext.fromSparkContext(spark.sparkContext()).broadcast(snapshot);
+  }
+
+  /** The output schema: the input's columns, then {@link #COLUMNS}. */
+  public static StructType outputSchema(StructType input) {
+    StructType out = input;
+    for (int i = 0; i < COLUMNS.length; i++) {
+      DataType type = i == HOPS ? DataTypes.IntegerType : DataTypes.StringType;
+      out = out.add(COLUMNS[i], type, true);
+    }
+    return out;
+  }
+
+  /**
+   * Decide {@code rows}: with the snapshot, and {@code pending} the MissingRoute requests
+   * outstanding as {@code instance\0scope\0service} (B4).
+   */
+  public static Dataset<Row> apply(Dataset<Row> rows, Broadcast<Snapshot> snapshot, List<String> pending) {
+    SparkSession spark = (SparkSession) rows.sparkSession();
+    StructType input = rows.schema();
+    StructType output = outputSchema(input);
+    RDD<InternalRow> decided =
+        rows.queryExecution()
+            .toRdd()
+            .mapPartitions(
+                new Pass(input, output, snapshot, pending.toArray(new String[0])), true, ClassTag$.MODULE$.apply(InternalRow.class));
+    return spark.internalCreateDataFrame(decided, output, false);
+  }
+
+  /** Where the columns the rules read are in the input. */
+  static final class Columns implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final int error;
+    final int instance;
+    final int conversation;
+    final int service;
+    final int origin;
+    final int broker;
+    final int fromTarget;
+    final int hops;
+    final int ttl;
+    final int size;
+    final int keptBroker;
+    final int keptService;
+    final int keptAddress;
+    final int waiting;
+
+    Columns(StructType s) {
+      error = optional(s, "error");
+      instance = s.fieldIndex("instance");
+      conversation = s.fieldIndex("conversation_id");
+      service = s.fieldIndex("service");
+      origin = s.fieldIndex("origin");
+      broker = s.fieldIndex("bid");
+      fromTarget = s.fieldIndex("from_target");
+      hops = s.fieldIndex("hops_remaining");
+      ttl = s.fieldIndex("ttl_s");
+      size = s.fieldIndex("size_bytes");
+      keptBroker = optional(s, "kept_bid");
+      keptService = optional(s, "kept_route_service");
+      keptAddress = optional(s, "kept_address");
+      waiting = optional(s, "waiting");
+    }
+
+    private static int optional(StructType s, String name) {
+      scala.Option<Object> index = s.getFieldIndex(name);
+      return index.isDefined() ? (Integer) index.get() : -1;
+    }
+  }
+
+  /** What each partition runs (serializable: Spark ships it to the executors). */
+  static final class Pass
+      extends AbstractFunction1<scala.collection.Iterator<InternalRow>, scala.collection.Iterator<InternalRow>>
+      implements Serializable {
+    private static final long serialVersionUID = 1L;
+    private final StructType output;
+    private final Columns columns;
+    private final Broadcast<Snapshot> snapshot;
+    private final String[] pending;
+
+    Pass(StructType input, StructType output, Broadcast<Snapshot> snapshot, String[] pending) {
+      this.output = output;
+      this.columns = new Columns(input);
+      this.snapshot = snapshot;
+      this.pending = pending;
+    }
+
+    @Override
+    public scala.collection.Iterator<InternalRow> apply(scala.collection.Iterator<InternalRow> rows) {
+      Scan scan = new Scan(CollectionConverters.asJava(rows), output, columns, snapshot.value(), pending);
+      return CollectionConverters.asScala(scan);
+    }
+  }
+
+  /** One partition's pass: the rows in, each with its decision. */
+  static final class Scan implements Iterator<InternalRow> {
+    private static final UTF8String FIRST = UTF8String.fromString("first");
+    private static final UTF8String AGAIN = UTF8String.fromString("again");
+
+    private final Iterator<InternalRow> rows;
+    private final UnsafeProjection project;
+    private final Columns c;
+    private final Snapshot snapshot;
+    private final JoinedRow joined = new JoinedRow();
+    private final GenericInternalRow decision = new GenericInternalRow(COLUMNS.length);
+    /** B4: per instance, {@code scope\0service} of the requests outstanding. */
+    private final Map<String, Set<String>> pending = new HashMap<>();
+    /** D1: {@code instance\0conversation\0side} of the endpoints delayed in this pass. */
+    private final Set<String> delayed = new HashSet<>();
+    /** K2: what each {@code instance\0conversation\0origin\0service} chose in this pass. */
+    private final Map<String, Route.Identity> chosen = new HashMap<>();
+    /** Destination topics named in this pass, by instance, database and service or by address. */
+    private final Map<String, UTF8String> topics = new HashMap<>();
+
+    Scan(Iterator<InternalRow> rows, StructType output, Columns columns, Snapshot snapshot, String[] pending) {
+      this.rows = rows;
+      this.project = UnsafeProjection.create(output);
+      this.c = columns;
+      this.snapshot = snapshot;
+      for (String p : pending) {
+        int cut = p.indexOf('\u0000');
+        this.pending.computeIfAbsent(p.substring(0, cut), k -> new HashSet<>()).add(p.substring(cut + 1));
+      }
+    }
+
+    @Override
+    public boolean hasNext() {
+      return rows.hasNext();
+    }
+
+    @Override
+    public InternalRow next() {
+      InternalRow row = rows.next();
+      for (int i = 0; i < COLUMNS.length; i++) {
+        decision.setNullAt(i);
+      }
+      Snapshot.Site site = (c.error >= 0 && !row.isNullAt(c.error)) ? null : snapshot.site(string(row, c.instance));
+      if (site != null) {
+        decide(row, site);
+      }
+      return project.apply(joined.apply(row, decision));
+    }
+
+    private void decide(InternalRow row, Snapshot.Site site) {
+      String instance = site.key;
+      Message m =
+          new Message(
+              string(row, c.conversation),
+              string(row, c.service),
+              string(row, c.origin),
+              string(row, c.broker),
+              !row.isNullAt(c.fromTarget) && row.getBoolean(c.fromTarget),
+              row.getInt(c.hops),
+              row.isNullAt(c.ttl) ? null : row.getDouble(c.ttl),
+              row.getLong(c.size));
+      String endpoint = instance + "\u0000" + m.conversationId + (m.fromTarget ? "\u0000t" : "\u0000i");
+      boolean waits = c.waiting >= 0 && !row.isNullAt(c.waiting) && row.getBoolean(c.waiting);
+      Set<String> asked = pending.computeIfAbsent(instance, k -> new HashSet<>());
+      String entry = null;
+      Route.Identity remembered = null;
+      Decision d;
+      if (!m.isRemote() && (waits || delayed.contains(endpoint))) {
+        d = Engine.delayedBehind(m);
+      } else {
+        if (m.remembersChoice()) {
+          entry = instance + "\u0000" + m.conversationId + "\u0000" + m.origin + "\u0000" + m.service;
+          remembered = chosen.get(entry);
+          if (remembered == null) {
+            remembered = kept(row);
+          }
+        }
+        d = Engine.decide(m, site, asked, remembered);
+      }
+      if (d.requests != null && d.scope != null) {
+        asked.add(d.scope + "\u0000" + d.requests);
+      }
+      if (Decision.DELAYED.equals(d.outcome)) {
+        delayed.add(endpoint);
+      }
+      decision.update(0, utf8(d.outcome));
+      decision.update(1, utf8(d.database));
+      decision.update(2, utf8(d.address));
+      decision.update(3, utf8(d.route));
+      decision.update(4, utf8(d.matchStep));
+      decision.update(5, utf8(d.choiceStep));
+      decision.update(6, utf8(d.reason));
+      decision.update(7, utf8(d.requests));
+      if (d.hopsRemaining != null) {
+        decision.setInt(HOPS, d.hopsRemaining);
+      }
+      decision.update(9, utf8(d.scope));
+      if (d.remembered != null) {
+        chosen.put(entry, d.remembered);
+        decision.update(10, utf8(d.remembered.brokerInstance));
+        decision.update(11, utf8(d.remembered.service));
+        decision.update(12, utf8(d.remembered.address));
+        if (remembered == null) {
+          decision.update(13, FIRST);
+        } else if (!remembered.equals(d.remembered)) {
+          decision.update(13, AGAIN);
+        }
+      }
+      if (snapshot.prefix != null) {
+        decision.update(14, topic(d, site, m.service));
+      }
+    }
+
+    /** The topic a decided message goes to (see the class comment). */
+    private UTF8String topic(Decision d, Snapshot.Site site, String service) {
+      switch (d.outcome) {
+        case Decision.DELIVER:
+          return topics.computeIfAbsent(
+              "q\u0000" + site.key + "\u0000" + d.database + "\u0000" + service,
+              k -> utf8(TopicNames.queue(snapshot.prefix, site.key, d.database, service)));
+        case Decision.SEND:
+        case Decision.FORWARD:
+          return topics.computeIfAbsent(
+              "a\u0000" + d.address,
+              k -> {
+                String address = Text.normalizeAddress(d.address);
+                String known = snapshot.inbound.get(address);
+                return utf8(known != null ? known : TopicNames.network(snapshot.prefix, address));
+              });
+        case Decision.DELAYED:
+          return utf8(site.delayedTopic);
+        default:
+          return utf8(site.droppedTopic);
+      }
+    }
+
+    /** K2: the identity the row's conversation kept in earlier batches, or null. */
+    private Route.Identity kept(InternalRow row) {
+      if (c.keptAddress < 0 || row.isNullAt(c.keptAddress)) {
+        return null;
+      }
+      String broker = string(row, c.keptBroker);
+      String service = string(row, c.keptService);
+      return new Route.Identity(
+          broker == null ? "" : broker, service == null ? "" : service, string(row, c.keptAddress));
+    }
+
+    private static String string(InternalRow row, int index) {
+      return index < 0 || row.isNullAt(index) ? null : row.getUTF8String(index).toString();
+    }
+
+    private static UTF8String utf8(String value) {
+      return value == null ? null : UTF8String.fromString(value);
+    }
+  }
+}

@@ -1,0 +1,308 @@
+package router.rules;
+
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Set;
+import java.util.zip.CRC32;
+
+/**
+ * Service Broker's decision for one message (spec §1.7), the JVM rendering of {@code
+ * streaming.rules.engine.decide_message}: the same steps in the same order, each named after the
+ * Python function it renders, so that a rule is found by its id in either. The Python reference
+ * is the rules' one description; this class is held equal to it by the agreement property tests
+ * ({@code tests/integration/test_spark_engine.py}) and every scenario of the suite.
+ *
+ * <p>The arbitrary choices of the spec are the reference's deterministic ones: index {@code
+ * crc32(conversation id) mod n} over the candidates in identity order (C5) and over the distinct
+ * broker instances of M3; L3 tries the origin database first, then catalog order.
+ */
+final class Engine {
+  static final String M1 = "M1";
+  static final String M2 = "M2";
+  static final String M3 = "M3";
+  static final String M4 = "M4";
+  static final String M5 = "M5";
+  static final String M6 = "M6";
+  static final String M7 = "M7";
+  static final String S4 = "S4";
+  static final String C1 = "C1";
+  static final String C2 = "C2";
+  static final String C3 = "C3";
+  static final String C4 = "C4";
+
+  static final String NO_ROUTE = "no_route";
+  static final String ROUTE_REQUESTED = "route_requested";
+  static final String SERVICE_NOT_FOUND = "service_not_found";
+  static final String FORWARDING_DISABLED = "forwarding_disabled";
+  static final String HOPS_EXHAUSTED = "hops_exhausted";
+  static final String LIFETIME_EXPIRED = "lifetime_expired";
+  static final String FORWARD_BUFFER_FULL = "forward_buffer_full";
+  static final String PRINCIPAL_UNKNOWN = "principal_unknown";
+
+  private Engine() {}
+
+  /** The step that ended matching, and its candidates (none for M4 and M7). */
+  private static final class Match {
+    final String step;
+    final Candidates candidates;
+
+    Match(String step, Candidates candidates) {
+      this.step = step;
+      this.candidates = candidates;
+    }
+  }
+
+  /** The route chosen and the choice step (tier) that chose it. */
+  private static final class Choice {
+    final Route route;
+    final String step;
+
+    Choice(Route route, String step) {
+      this.route = route;
+      this.step = step;
+    }
+  }
+
+  /** C5, M3: which of {@code count} equal options a conversation takes ({@code deterministic_index}). */
+  static int deterministicIndex(String conversationId, int count) {
+    CRC32 crc = new CRC32();
+    crc.update(conversationId.getBytes(StandardCharsets.UTF_8));
+    return (int) (crc.getValue() % count);
+  }
+
+  /** S1-S3, {@code routing_scope}: msdb's table for a message from outside, else its database's. */
+  static String routingScope(Message m) {
+    return m.isRemote() ? Snapshot.MSDB : m.origin;
+  }
+
+  /** D1, B7, {@code delayed_behind_conversation}: waits behind its endpoint's delayed message, unmatched. */
+  static Decision delayedBehind(Message m) {
+    Decision d = new Decision(Decision.DELAYED, routingScope(m));
+    d.reason = NO_ROUTE;
+    return d;
+  }
+
+  /**
+   * {@code decide_message}: one message against the snapshot, ignoring the rest of its batch.
+   * {@code pending} holds {@code scope\0service} of the requests outstanding (B4); {@code
+   * remembered} is what the conversation chose before (K2), counted only for a message that keeps
+   * its choice.
+   */
+  static Decision decide(Message m, Snapshot.Site site, Set<String> pending, Route.Identity remembered) {
+    if (!m.remembersChoice()) {
+      remembered = null;
+    }
+    Snapshot.Database shortcut = replyShortcut(m, site);
+    if (shortcut != null) {
+      Decision d = new Decision(Decision.DELIVER, Snapshot.MSDB);
+      d.database = shortcut.name;
+      d.matchStep = S4;
+      return d;
+    }
+    String scope = routingScope(m);
+    Match match = matchRoutes(site.table(scope), scope, m, pending.contains(scope + "\u0000" + m.service),
+        site.hosts(m.service), remembered);
+    if (match.step.equals(M4)) {
+      Decision d = notRouted(m, scope, match, ROUTE_REQUESTED, null);
+      d.requests = m.service;
+      return d;
+    }
+    if (match.step.equals(M7)) {
+      return notRouted(m, scope, match, NO_ROUTE, null);
+    }
+    Choice choice = chooseRoute(match.candidates, m, site, remembered);
+    if (choice == null) {
+      return notRouted(m, scope, match, match.candidates.anyLocal ? SERVICE_NOT_FOUND : NO_ROUTE, null);
+    }
+    Snapshot.Database database = choice.step.equals(C2) ? destinationDatabase(m, choice.route, site) : null;
+    Decision decision;
+    if (database != null) {
+      decision = chosen(m, scope, match, choice, Decision.DELIVER);
+      decision.database = database.name;
+    } else {
+      decision = leaveInstance(m, site, scope, match, choice, pending);
+    }
+    if (m.remembersChoice()) {
+      decision.remembered = choice.route.identity;
+    }
+    return decision;
+  }
+
+  /** S4, {@code reply_shortcut_database}: an incoming reply to a database of this instance. */
+  static Snapshot.Database replyShortcut(Message m, Snapshot.Site site) {
+    if (!(m.isRemote() && m.fromTarget && m.brokerInstance != null)) {
+      return null;
+    }
+    return site.byBrokerInstance(m.brokerInstance);
+  }
+
+  /** M1-M7, {@code match_routes}: the first matching step that yields a route (§1.4). */
+  private static Match matchRoutes(
+      Snapshot.Table table,
+      String scope,
+      Message m,
+      boolean requestPending,
+      boolean serviceHosted,
+      Route.Identity remembered) {
+    Snapshot.Named named = table.named.get(m.service);
+    if (named != null) {
+      if (m.brokerInstance != null) {
+        Candidates m1 = named.byBroker.get(Text.canonicalGuid(m.brokerInstance));
+        if (m1 != null) {
+          return new Match(M1, m1);
+        }
+      }
+      if (named.noBroker != null) {
+        return new Match(M2, named.noBroker);
+      }
+      if (m.brokerInstance == null && !named.brokers.isEmpty()) {
+        return new Match(M3, named.byBroker.get(m3Broker(named.brokers, m.conversationId, remembered)));
+      }
+    }
+    if (!requestPending && table.hasBcn) {
+      return new Match(M4, null);
+    }
+    if (table.wildcard != null) {
+      return new Match(M5, table.wildcard);
+    }
+    if (m.brokerInstance != null && serviceHosted) {
+      return new Match(M6, Candidates.of(Route.virtualLocal(scope, m.service)));
+    }
+    return new Match(M7, null);
+  }
+
+  /** M3, C5, K2: the broker instance kept while it is among them, else the deterministic pick. */
+  private static String m3Broker(List<String> brokers, String conversationId, Route.Identity remembered) {
+    if (remembered != null && !remembered.brokerInstance.isEmpty()) {
+      String kept = Text.canonicalGuid(remembered.brokerInstance);
+      if (brokers.contains(kept)) {
+        return kept;
+      }
+    }
+    return brokers.get(deterministicIndex(conversationId, brokers.size()));
+  }
+
+  /** C1-C5, {@code choose_route}: the first non-empty tier picks one route, or null. */
+  private static Choice chooseRoute(Candidates c, Message m, Snapshot.Site site, Route.Identity remembered) {
+    if (!c.mirror.isEmpty()) {
+      return new Choice(pickOne(c.mirror, m.conversationId, remembered), C1);
+    }
+    if (!c.local.isEmpty()) {
+      List<Route> locatable = new ArrayList<>(c.local.size());
+      for (Route r : c.local) {
+        if (destinationDatabase(m, r, site) != null) {
+          locatable.add(r);
+        }
+      }
+      if (!locatable.isEmpty()) {
+        return new Choice(pickOne(locatable, m.conversationId, remembered), C2);
+      }
+    }
+    if (!c.network.isEmpty()) {
+      return new Choice(pickOne(c.network, m.conversationId, remembered), C3);
+    }
+    if (!c.transport.isEmpty() && Text.transportAddress(m.service) != null) {
+      return new Choice(pickOne(c.transport, m.conversationId, remembered), C4);
+    }
+    return null;
+  }
+
+  /** C5, K2, {@code pick_one}: the remembered route while it is in the tier, else the deterministic pick. */
+  private static Route pickOne(List<Route> tier, String conversationId, Route.Identity remembered) {
+    if (remembered != null) {
+      for (Route r : tier) {
+        if (r.identity.equals(remembered)) {
+          return r;
+        }
+      }
+    }
+    return tier.get(deterministicIndex(conversationId, tier.size()));
+  }
+
+  /** L1-L4, {@code destination_database}: the conversation's broker instance, else the route's. */
+  private static Snapshot.Database destinationDatabase(Message m, Route route, Snapshot.Site site) {
+    String broker = m.brokerInstance != null ? m.brokerInstance : route.brokerInstance;
+    return site.locate(m.service, broker, m.isRemote() ? null : m.origin);
+  }
+
+  /** C-drop, F3, F5, MI2, MI3, T1, S5, {@code leave_instance}: send or forward a non-LOCAL choice. */
+  private static Decision leaveInstance(
+      Message m, Snapshot.Site site, String scope, Match match, Choice choice, Set<String> pending) {
+    if (m.isRemote() && !site.forwarding) {
+      return notRouted(m, scope, match, FORWARDING_DISABLED, choice);
+    }
+    if (m.isRemote()) {
+      String discard = forwarderDiscardReason(m, site);
+      if (discard != null) {
+        Decision d = chosen(m, scope, match, choice, Decision.DISCARDED);
+        d.reason = discard;
+        return d;
+      }
+    }
+    String address = nextHop(m, choice, site);
+    if (address == null) {
+      return notRouted(m, scope, match, PRINCIPAL_UNKNOWN, choice);
+    }
+    if (!m.isRemote() && Text.normalizeAddress(address).equals(site.address)) {
+      return decide(m.asIncoming(), site, pending, null);
+    }
+    if (m.isRemote()) {
+      Decision d = chosen(m, scope, match, choice, Decision.FORWARD);
+      d.address = address;
+      d.hopsRemaining = m.hopsRemaining - 1;
+      return d;
+    }
+    Decision d = chosen(m, scope, match, choice, Decision.SEND);
+    d.address = address;
+    return d;
+  }
+
+  /** F3, F5, {@code forwarder_discard_reason}: hops spent, lifetime over, or larger than the buffer. */
+  private static String forwarderDiscardReason(Message m, Snapshot.Site site) {
+    if (m.hopsRemaining <= 0) {
+      return HOPS_EXHAUSTED;
+    }
+    if (m.timeToLiveS != null && m.timeToLiveS <= 0) {
+      return LIFETIME_EXPIRED;
+    }
+    if (m.sizeBytes > site.forwardBytes) {
+      return FORWARD_BUFFER_FULL;
+    }
+    return null;
+  }
+
+  /** {@code next_hop}: C1 the principal partner (MI2, MI3), C4 the service name's address (T1). */
+  private static String nextHop(Message m, Choice choice, Snapshot.Site site) {
+    if (choice.step.equals(C1)) {
+      return site.principal(choice.route);
+    }
+    if (choice.step.equals(C4)) {
+      return Text.transportAddress(m.service);
+    }
+    return choice.route.address;
+  }
+
+  /** D1, D5, {@code not_routed}: delayed if locally originated, else dropped. */
+  private static Decision notRouted(Message m, String scope, Match match, String reason, Choice choice) {
+    String outcome = m.isRemote() ? Decision.DROPPED : Decision.DELAYED;
+    Decision d;
+    if (choice != null) {
+      d = chosen(m, scope, match, choice, outcome);
+    } else {
+      d = new Decision(outcome, scope);
+      d.matchStep = match.step;
+    }
+    d.reason = reason;
+    return d;
+  }
+
+  /** {@code chosen}: a decision with a chosen route; the virtual M6 route is reported as no route. */
+  private static Decision chosen(Message m, String scope, Match match, Choice choice, String outcome) {
+    Decision d = new Decision(outcome, scope);
+    d.route = match.step.equals(M6) ? null : choice.route.name;
+    d.matchStep = match.step;
+    d.choiceStep = choice.step;
+    return d;
+  }
+}

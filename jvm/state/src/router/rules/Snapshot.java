@@ -1,0 +1,298 @@
+package router.rules;
+
+import java.io.IOException;
+import java.io.Serializable;
+import java.io.UncheckedIOException;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeSet;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+
+/**
+ * The route snapshot a micro-batch is decided against: for each instance a query routes, its
+ * catalog, its active routing tables (R6 applied by whoever built the snapshot) grouped by
+ * matching key, and its mirror partners' roles. Built once per route snapshot from the JSON that
+ * {@code streaming.spark.decision.snapshot_json} writes, and broadcast to the tasks.
+ *
+ * <p>Per table, routes naming a service are grouped by service: those naming no broker instance
+ * (M2) and those naming each broker instance (M1, M3), each a ready {@link Candidates}; the
+ * routes naming neither service nor broker instance form the wildcard set (M5). A message then
+ * matches with a hash lookup or two, whatever the size of the table.
+ */
+public final class Snapshot implements Serializable {
+  private static final long serialVersionUID = 1L;
+  static final String MSDB = "msdb";
+  static final String BCN = "SQL/ServiceBroker/BrokerConfiguration";
+  static final String PRINCIPAL = "principal";
+
+  private final Map<String, Site> sites;
+  /** The topic prefix of the destination topics, or null when the snapshot names none. */
+  final String prefix;
+  /** The inbound topic of every instance in the catalogs, by its normalized address. */
+  final Map<String, String> inbound;
+
+  private Snapshot(Map<String, Site> sites, String prefix, Map<String, String> inbound) {
+    this.sites = sites;
+    this.prefix = prefix;
+    this.inbound = inbound;
+  }
+
+  /** The instance a row names, or null when the snapshot holds none by that key. */
+  Site site(String instance) {
+    return instance == null ? null : sites.get(instance);
+  }
+
+  /** The snapshot of {@code json} (see the class comment for where it comes from). */
+  public static Snapshot parse(String json) {
+    JsonNode root;
+    try {
+      root = new ObjectMapper().readTree(json);
+    } catch (IOException e) {
+      throw new UncheckedIOException("the route snapshot is not valid JSON", e);
+    }
+    Map<String, Site> sites = new HashMap<>();
+    for (JsonNode node : root.get("instances")) {
+      Site site = new Site(node);
+      sites.put(site.key, site);
+    }
+    Map<String, String> inbound = new HashMap<>();
+    JsonNode topics = root.get("inbound");
+    if (topics != null) {
+      topics.fields().forEachRemaining(e -> inbound.put(e.getKey(), e.getValue().asText()));
+    }
+    return new Snapshot(sites, text(root, "prefix"), inbound);
+  }
+
+  /** How many active routes the snapshot holds, over every instance. */
+  public int routes() {
+    int n = 0;
+    for (Site s : sites.values()) {
+      n += s.routes;
+    }
+    return n;
+  }
+
+  private static String text(JsonNode node, String field) {
+    JsonNode value = node.get(field);
+    return value == null || value.isNull() ? null : value.asText();
+  }
+
+  /** A database of an instance's catalog. */
+  static final class Database implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final String name;
+    final String brokerInstance;
+    final boolean enabled;
+    final Set<String> services;
+
+    Database(JsonNode node) {
+      this.name = text(node, "name");
+      this.brokerInstance = Text.canonicalGuid(text(node, "broker_instance"));
+      this.enabled = node.get("broker_enabled").asBoolean();
+      Set<String> services = new HashSet<>();
+      for (JsonNode s : node.get("services")) {
+        services.add(s.asText());
+      }
+      this.services = services;
+    }
+  }
+
+  /** The routes of one table naming one service: M2's, and M1's and M3's by broker instance. */
+  static final class Named implements Serializable {
+    private static final long serialVersionUID = 1L;
+    /** M2: naming no broker instance; null when none does. */
+    final Candidates noBroker;
+    /** M1, M3: by the (canonical) broker instance they name. */
+    final Map<String, Candidates> byBroker;
+    /** M3: those broker instances, ascending. */
+    final List<String> brokers;
+
+    Named(List<Route> routes) {
+      List<Route> none = new ArrayList<>();
+      Map<String, List<Route>> by = new HashMap<>();
+      for (Route r : routes) {
+        if (r.brokerInstance == null) {
+          none.add(r);
+        } else {
+          by.computeIfAbsent(r.brokerInstance, k -> new ArrayList<>()).add(r);
+        }
+      }
+      this.noBroker = none.isEmpty() ? null : new Candidates(none);
+      Map<String, Candidates> byBroker = new HashMap<>();
+      TreeSet<String> brokers = new TreeSet<>(Text.CODE_POINT_ORDER);
+      for (Map.Entry<String, List<Route>> e : by.entrySet()) {
+        byBroker.put(e.getKey(), new Candidates(e.getValue()));
+        brokers.add(e.getKey());
+      }
+      this.byBroker = byBroker;
+      this.brokers = new ArrayList<>(brokers);
+    }
+  }
+
+  /** One database's {@code sys.routes}, active routes only, grouped by matching key. */
+  static final class Table implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final Map<String, Named> named;
+    /** M5: routes naming neither service nor broker instance; null when none. */
+    final Candidates wildcard;
+    /** M4, B2: an active route to the dynamic routing service. */
+    final boolean hasBcn;
+
+    Table(List<Route> routes) {
+      Map<String, List<Route>> byService = new LinkedHashMap<>();
+      List<Route> wild = new ArrayList<>();
+      boolean bcn = false;
+      for (Route r : routes) {
+        if (r.service != null) {
+          byService.computeIfAbsent(r.service, k -> new ArrayList<>()).add(r);
+          bcn |= r.service.equals(BCN);
+        } else if (r.brokerInstance == null) {
+          wild.add(r);
+        }
+        // A route naming a broker instance but no service is matched by no step (§1.4 [AMB]).
+      }
+      Map<String, Named> named = new HashMap<>();
+      for (Map.Entry<String, List<Route>> e : byService.entrySet()) {
+        named.put(e.getKey(), new Named(e.getValue()));
+      }
+      this.named = named;
+      this.wildcard = wild.isEmpty() ? null : new Candidates(wild);
+      this.hasBcn = bcn;
+    }
+
+    static final Table EMPTY = new Table(Collections.emptyList());
+  }
+
+  /** One instance: its catalog and endpoint settings, its routing tables, its mirror roles. */
+  static final class Site implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final String key;
+    /** S5: this instance's own address, normalized (R4). */
+    final String address;
+    final boolean forwarding;
+    /** F5: MESSAGE_FORWARD_SIZE in bytes. */
+    final long forwardBytes;
+    final List<Database> databases;
+    final Map<String, Table> tables;
+    /** MI2, MI3: roles keyed by the partner's normalized address. */
+    final Map<String, String> mirrors;
+    final int routes;
+    /** This instance's delayed and dropped topics, or null when the snapshot names no topics. */
+    final String delayedTopic;
+    final String droppedTopic;
+
+    Site(JsonNode node) {
+      this.key = text(node, "key");
+      this.address = Text.normalizeAddress(text(node, "address"));
+      this.forwarding = node.get("forwarding").asBoolean();
+      this.forwardBytes = node.get("forward_size_mb").asLong() * 1_048_576L;
+      List<Database> databases = new ArrayList<>();
+      for (JsonNode d : node.get("databases")) {
+        databases.add(new Database(d));
+      }
+      this.databases = databases;
+      Map<String, List<Route>> byScope = new HashMap<>();
+      int count = 0;
+      for (JsonNode r : node.get("routes")) {
+        Route route =
+            new Route(
+                text(r, "scope"),
+                text(r, "name"),
+                text(r, "service"),
+                text(r, "broker_instance"),
+                text(r, "address"),
+                text(r, "mirror_address"));
+        byScope.computeIfAbsent(route.scope, k -> new ArrayList<>()).add(route);
+        count++;
+      }
+      Map<String, Table> tables = new HashMap<>();
+      for (Map.Entry<String, List<Route>> e : byScope.entrySet()) {
+        tables.put(e.getKey(), new Table(e.getValue()));
+      }
+      this.tables = tables;
+      this.routes = count;
+      Map<String, String> mirrors = new HashMap<>();
+      JsonNode roles = node.get("mirrors");
+      if (roles != null) {
+        roles.fields().forEachRemaining(e -> mirrors.put(e.getKey(), e.getValue().asText()));
+      }
+      this.mirrors = mirrors;
+      JsonNode topics = node.get("topics");
+      this.delayedTopic = topics == null ? null : text(topics, "delayed");
+      this.droppedTopic = topics == null ? null : text(topics, "dropped");
+    }
+
+    Table table(String scope) {
+      Table t = tables.get(scope);
+      return t == null ? Table.EMPTY : t;
+    }
+
+    /** M6, L4: a broker-enabled database hosts the service. */
+    boolean hosts(String service) {
+      for (Database d : databases) {
+        if (d.enabled && d.services.contains(service)) {
+          return true;
+        }
+      }
+      return false;
+    }
+
+    /**
+     * L2-L4, {@code locate_database}: with a broker instance, the enabled database of that broker
+     * instance if it hosts the service; without, the origin database first, then catalog order.
+     */
+    Database locate(String service, String brokerInstance, String origin) {
+      if (brokerInstance != null) {
+        String wanted = Text.canonicalGuid(brokerInstance);
+        for (Database d : databases) {
+          if (d.enabled && d.brokerInstance.equals(wanted) && d.services.contains(service)) {
+            return d;
+          }
+        }
+        return null;
+      }
+      if (origin != null) {
+        for (Database d : databases) {
+          if (d.enabled && d.name.equals(origin) && d.services.contains(service)) {
+            return d;
+          }
+        }
+      }
+      for (Database d : databases) {
+        if (d.enabled && d.services.contains(service)) {
+          return d;
+        }
+      }
+      return null;
+    }
+
+    /** S4, {@code reply_shortcut_database}: the enabled database of that broker instance, or null. */
+    Database byBrokerInstance(String brokerInstance) {
+      String wanted = Text.canonicalGuid(brokerInstance);
+      for (Database d : databases) {
+        if (d.enabled && d.brokerInstance.equals(wanted)) {
+          return d;
+        }
+      }
+      return null;
+    }
+
+    /** MI2, MI3, {@code principal_address}: the partner that claims the principal role, or null. */
+    String principal(Route route) {
+      for (String partner : new String[] {route.address, route.mirrorAddress}) {
+        if (partner != null && PRINCIPAL.equals(mirrors.get(Text.normalizeAddress(partner)))) {
+          return partner;
+        }
+      }
+      return null;
+    }
+  }
+}

@@ -1,0 +1,264 @@
+"""The routing decision inside Spark: the route snapshot, broadcast once, and one pass per batch.
+
+The rules are `streaming.rules` (the reference); Spark runs their JVM rendering, `router.rules`
+(jvm/state, compiled by `make setup`), held equal to them by every scenario of the suite and by the
+agreement property tests (tests/integration/test_spark_engine.py). It was Spark SQL before: the
+decision as a wide expression over broadcast joins of the snapshot's tiers. Measured on 100,000
+messages per micro-batch, that took 2.5-3 s of a 4.5-5 s batch (the rows copied the tiers' arrays
+through every join), and 3-5 s more to build and plan whenever the routes changed; the JVM pass
+takes a hash lookup or two per message and plans in milliseconds.
+
+* `build_snapshot` (once per route snapshot): the catalogs, the active routes (R6 applied here)
+  and the mirror roles of every instance a query routes go to the JVM as one JSON document, where
+  `router.rules.Snapshot` groups them by matching key (M1-M3 by service and broker instance, M5's
+  wildcards) with each candidate set deduplicated and split into tiers (C0-C4), and broadcasts it.
+* `decide` (per batch): `router.rules.Decide` passes over each partition's rows in order and adds
+  the decision columns (`DECISION_COLUMNS`), with the batch semantics of `streaming.rules.batch`:
+  D1 behind a delayed message of the endpoint, B4's first asker, K2 within the batch.
+
+Every key starts with the instance: one snapshot can hold several instances, and each message is
+decided by those of the instance its `instance` column names (the job may route several; the
+agreement tests decide hundreds of generated instances in one pass).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from streaming.errors import RouterError
+from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, Instance, MirrorRole, Route, normalize_address
+
+CHOICE_IDENTITY_COLUMNS = ("k_bid", "k_route_service", "k_address")
+"""K2: the C0 identity (broker instance or "", service or "", address) a decision keeps, or null."""
+KEPT_COLUMNS = ("kept_bid", "kept_route_service", "kept_address")
+"""Message columns: the identity its conversation kept (K2) for its origin and service, or null.
+The streaming job's state processor sets them (`streaming.spark.state`)."""
+WAITING_COLUMN = "waiting"
+"""Set by the streaming job's state: the message's conversation endpoint has delayed messages waiting (D1)."""
+
+DECISION_COLUMNS = (
+    "outcome",
+    "d_database",
+    "d_address",
+    "d_route",
+    "match_step",
+    "choice_step",
+    "reason",
+    "requests",
+    "d_hops_remaining",
+    "d_scope",
+    *CHOICE_IDENTITY_COLUMNS,
+    "k_change",
+    "d_topic",
+)
+"""What `decide` adds (`router.rules.Decide`); `k_change` is "first" when the conversation kept no
+choice, "again" when it kept another (its route is gone), else null; `d_topic` is the topic the
+message goes to when the snapshot was built with `TopicNaming`, else null."""
+
+LITERAL_ROWS = 16
+"""local_frame writes up to this many rows into the plan as literals; more go over as Arrow."""
+
+
+@dataclass(frozen=True)
+class SnapshotFlags:
+    """What the snapshot's routes imply for the shape of a batch and for how long it holds."""
+
+    has_bcn: bool
+    """An active route names the dynamic routing service (M4 can apply): B4 ranks the whole batch
+    in its order, so the batch is decided in one partition."""
+    has_transport: bool
+    """An active TRANSPORT route exists: a next hop can come from a service name (T1)."""
+    valid_until: datetime | None
+    """The next instant a route expires (R6): the snapshot must be built again from then on."""
+
+
+def snapshot_flags(routes: Iterable[tuple[str, Route]], now: datetime) -> SnapshotFlags:
+    """`SnapshotFlags` of (instance key, route) pairs at `now`."""
+    has_bcn = has_transport = False
+    valid_until: datetime | None = None
+    for _, route in routes:
+        if not route.is_active(now):
+            continue
+        if route.expires_at is not None and (valid_until is None or route.expires_at < valid_until):
+            valid_until = route.expires_at
+        has_bcn = has_bcn or route.service == BROKER_CONFIGURATION_SERVICE
+        has_transport = has_transport or route.is_transport
+    return SnapshotFlags(has_bcn, has_transport, valid_until)
+
+
+@dataclass(frozen=True)
+class TopicNaming:
+    """The destination topics a snapshot names (`streaming.topics`): the decision gives each message one."""
+
+    prefix: str
+    inbound: Mapping[str, str]
+    """The inbound topic of every instance in the catalogs, by its normalized address."""
+    delayed: Mapping[str, str]
+    """Each instance's delayed topic, by instance key."""
+    dropped: Mapping[str, str]
+    """Each instance's dropped topic, by instance key."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A route snapshot in the JVM, broadcast to the tasks (see the module docstring)."""
+
+    broadcast: Any
+    """The JVM `Broadcast<router.rules.Snapshot>`."""
+    flags: SnapshotFlags
+    routes: int
+    """Active routes, over every instance."""
+    version: str = ""
+    at: datetime | None = None
+    """The instant whose active routes (R6) the snapshot holds."""
+
+    @property
+    def has_bcn(self) -> bool:
+        """See `SnapshotFlags.has_bcn`."""
+        return self.flags.has_bcn
+
+    def holds_at(self, now: datetime) -> bool:
+        """Whether the snapshot's active routes (R6) are still those of `now`."""
+        until = self.flags.valid_until
+        return until is None or now < until
+
+    def release(self) -> None:
+        """Free the broadcast once no batch will use the snapshot again."""
+        self.broadcast.destroy()
+
+
+def snapshot_json(
+    instances: Mapping[str, Instance],
+    routes: Iterable[tuple[str, Route]],
+    mirrors: Mapping[str, Mapping[str, MirrorRole]] | None = None,
+    topics: TopicNaming | None = None,
+) -> str:
+    """The JSON `router.rules.Snapshot.parse` reads: each instance's catalog, routes and mirror roles.
+
+    `instances` maps the key a message's `instance` column holds to that instance's catalog;
+    `routes` are (key, route) pairs, the active ones only (R6); `mirrors` maps a key to the roles
+    of its mirror partners by normalized address (MI2, MI3); `topics` names the destinations.
+    """
+    by_key: dict[str, list[dict[str, object]]] = {key: [] for key in instances}
+    for key, r in routes:
+        by_key[key].append(
+            {
+                "scope": r.scope,
+                "name": r.name,
+                "service": r.service,
+                "broker_instance": r.broker_instance,
+                "address": r.address,
+                "mirror_address": r.mirror_address,
+            }
+        )
+    documents = [
+        {
+            "key": key,
+            "address": i.address,
+            "forwarding": i.forwarding,
+            "forward_size_mb": i.forward_size_mb,
+            "databases": [
+                {
+                    "name": d.name,
+                    "broker_instance": d.broker_instance,
+                    "broker_enabled": d.broker_enabled,
+                    "services": list(d.services),
+                }
+                for d in i.databases
+            ],
+            "mirrors": {normalize_address(a): role.value for a, role in (mirrors or {}).get(key, {}).items()},
+            "routes": by_key[key],
+            **_own_topics(topics, key),
+        }
+        for key, i in instances.items()
+    ]
+    naming = {"prefix": topics.prefix, "inbound": dict(topics.inbound)} if topics else {}
+    return json.dumps({"instances": documents, **naming}, separators=(",", ":"))
+
+
+def _own_topics(topics: TopicNaming | None, key: str) -> dict[str, object]:
+    """An instance's own destination topics in the snapshot's JSON, when it names topics."""
+    return {"topics": {"delayed": topics.delayed[key], "dropped": topics.dropped[key]}} if topics else {}
+
+
+def build_snapshot(
+    spark: SparkSession,
+    instances: Mapping[str, Instance],
+    routes: Sequence[tuple[str, Route]],
+    *,
+    now: datetime,
+    mirrors: Mapping[str, Mapping[str, MirrorRole]] | None = None,
+    topics: TopicNaming | None = None,
+    version: str = "",
+) -> Snapshot:
+    """The snapshot of (instance key, route) pairs at `now`, in the JVM and broadcast (R6 applied)."""
+    active = [(key, r) for key, r in routes if r.is_active(now)]
+    jvm = _jvm(spark)
+    parsed = jvm.router.rules.Snapshot.parse(snapshot_json(instances, active, mirrors, topics))
+    broadcast = jvm.router.rules.Decide.broadcast(spark._jsparkSession, parsed)
+    return Snapshot(broadcast, snapshot_flags(active, now), len(active), version, now)
+
+
+def decide(
+    messages: DataFrame, snapshot: Snapshot, pending: frozenset[tuple[str, str, str]] = frozenset()
+) -> DataFrame:
+    """`messages` with `DECISION_COLUMNS` (see the module docstring).
+
+    The rows need `instance`, `conversation_id`, `service`, `origin`, `bid`, `from_target`,
+    `hops_remaining`, `ttl_s` and `size_bytes`, and may have `error` (a row with one is not
+    decided), `KEPT_COLUMNS` and `waiting`. Each conversation endpoint's rows must be in batch order
+    in their partition; with a route to the dynamic routing service (`Snapshot.has_bcn`) the whole
+    batch must be one partition in batch order (B4). `pending` holds (instance, scope, service) of
+    the MissingRoute requests outstanding.
+    """
+    jvm = _jvm(messages.sparkSession)
+    keys = sorted("\u0000".join(p) for p in pending)
+    out = jvm.router.rules.Decide.apply(messages._jdf, snapshot.broadcast, keys)
+    return DataFrame(out, messages.sparkSession)
+
+
+def in_batch_order(rows: DataFrame) -> DataFrame:
+    """The rows in one partition, in batch order (`pos`): what B4 needs (`decide`)."""
+    return rows.coalesce(1).sortWithinPartitions("pos")
+
+
+def _jvm(spark: SparkSession) -> Any:
+    jvm = spark._jvm
+    if jvm is None:
+        raise RouterError("the routing decision needs a classic SparkSession (a JVM), not Spark Connect")
+    return jvm
+
+
+def local_frame(spark: SparkSession, rows: Sequence[Sequence[object]], schema: StructType | str) -> DataFrame:
+    """A driver-side table that the JVM evaluates alone.
+
+    `spark.createDataFrame` on a Python list goes through Python workers on every use. Up to
+    LITERAL_ROWS rows are written into the plan as literals; more are handed over once as an Arrow
+    table, which the JVM holds and reads without a Python worker.
+    """
+    parsed = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
+    if not isinstance(parsed, StructType):
+        raise TypeError(f"expected a struct schema, got {schema!r}")
+    struct = parsed
+    if not rows:
+        return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in struct.fields])
+    if len(rows) > LITERAL_ROWS:
+        arrow_schema = to_arrow_schema(struct)
+        columns = [list(c) for c in zip(*rows, strict=True)]
+        arrays = [pa.array(c, type=f.type) for c, f in zip(columns, arrow_schema, strict=True)]
+        return spark.createDataFrame(pa.Table.from_arrays(arrays, schema=arrow_schema))
+    values = [
+        F.struct(*[F.lit(v).cast(f.dataType).alias(f.name) for v, f in zip(row, struct.fields, strict=True)])
+        for row in rows
+    ]
+    return spark.range(1).select(F.inline(F.array(*values)))
