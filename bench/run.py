@@ -292,8 +292,11 @@ def render(
             else "."
         ),
         f"Delayed retry (retry_s {retry.retry_s:g}, {retry.messages} messages without a route): "
-        f"{retry.retried} retries; retry minus due time ms p50 {retry.retry_p50_ms:,.0f}, "
-        f"p95 {retry.retry_p95_ms:,.0f}, max {retry.retry_max_ms:,.0f}.",
+        f"{retry.retried} retries; retry minus due time, by the micro-batch that routed the message "
+        f"again (its `decided_at`): ms p50 {retry.decided_p50_ms:,.0f}, p95 {retry.decided_p95_ms:,.0f}, "
+        f"max {retry.decided_max_ms:,.0f}; by the record it wrote (the delayed topic's append time, "
+        f"the batch's write included): ms p50 {retry.retry_p50_ms:,.0f}, p95 {retry.retry_p95_ms:,.0f}, "
+        f"max {retry.retry_max_ms:,.0f}.",
         f"Release once a route was written: {retry.released} of {retry.messages} released; release "
         f"minus due time ms p50 {retry.p50_ms:,.0f}, p95 {retry.p95_ms:,.0f}, max {retry.max_ms:,.0f} "
         "(the first retry after the route arrived; it waits for the route change when it falls due "
@@ -336,10 +339,13 @@ def render(
         f"| a route change visible in the next micro-batch (within 2 triggers) | "
         f"{change.propagation_ms:,} ms | {_met(change.propagation_ms <= 2 * trigger_ms)} |"
     )
+    # Retried: routed again by a micro-batch, whose `decided_at` the record carries; the write of
+    # that batch's records follows (the record's append time, given beside it).
     lines.append(
-        f"| a delayed message retried at most one trigger late | max {retry.retry_max_ms:,.0f} ms "
-        f"(release after a route change: max {retry.max_ms:,.0f} ms) | "
-        f"{_met(retry.retry_max_ms <= trigger_ms and retry.released == retry.messages)} |"
+        f"| a delayed message retried at most one trigger late | max {retry.decided_max_ms:,.0f} ms "
+        f"by the decision, {retry.retry_max_ms:,.0f} ms once written (release after a route change: "
+        f"max {retry.max_ms:,.0f} ms) | "
+        f"{_met(retry.decided_max_ms <= trigger_ms and retry.released == retry.messages)} |"
     )
     lines += ["", "![throughput and latency](chart.png)", ""]
     return "\n".join(lines)

@@ -1,9 +1,12 @@
 """One micro-batch: its rows decided and every record they give written, in one pass and one write.
 
-The query that does this is planned once per route snapshot (and set of pending requests) and kept,
-as a `router.plan.Prepared` (jvm/state): each micro-batch is given to it as the input of its first
-step, at the level of Spark's RDDs, so a batch runs the same physical plan and generated code as the
-last one, with no analysis, planning or code generation of its own. Spark runs it as one job: one
+The query that does this is planned once and kept, as a `router.plan.Prepared` (jvm/state): each
+micro-batch is given to it as the input of its first step, at the level of Spark's RDDs, so a batch
+runs the same physical plan and generated code as the last one, with no analysis, planning or code
+generation of its own. The route snapshot and the outstanding requests are not part of the plan:
+they are set before each batch (`DecisionInputs`), so a route change plans nothing. The plan is
+made again only when its shape changes: with or without a route to the dynamic routing service or
+a TRANSPORT route, or a destination found unavailable. Spark runs it as one job: one
 stage more for the state processor's shuffle. What the driver must know of the batch (counts by
 outcome, the MissingRoute requests made, the destinations that could not be written) are Spark's
 observed metrics of that same run.
@@ -30,7 +33,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streaming.errors import RouterError
-from streaming.spark.decision import Snapshot, decide, in_batch_order
+from streaming.spark.decision import DecisionInputs, Snapshot, SnapshotFlags, decide, in_batch_order
 from streaming.spark.output import (
     HOME_COLUMN,
     Destinations,
@@ -77,22 +80,22 @@ class BatchMetrics:
 
 
 class BatchPlan:
-    """The decision and output of every micro-batch of one snapshot (see the module docstring)."""
+    """The decision and output of every micro-batch of one shape (see the module docstring)."""
 
     def __init__(
         self,
         like: DataFrame,
-        snapshot: Snapshot,
-        pending: frozenset[tuple[str, str, str]],
+        inputs: DecisionInputs,
+        shape: SnapshotFlags,
         destinations: Destinations,
         kafka_options: Mapping[str, str],
         ensure_topics: Callable[[list[str]], Mapping[str, str]] | None = None,
     ) -> None:
         self.spark = like.sparkSession
-        self.snapshot = snapshot
+        self.inputs = inputs
         self.destinations = destinations
         self.kafka_options = dict(kafka_options)
-        self.ensure_topics = ensure_topics if snapshot.flags.has_transport else None
+        self.ensure_topics = ensure_topics if shape.has_transport else None
 
         def decided(batch: DataFrame) -> DataFrame:
             rows = batch.withColumns(
@@ -104,16 +107,22 @@ class BatchPlan:
                     "ttl_s": remaining_ttl_s(F.col("batch_ms")),
                 }
             )
-            return decide(in_batch_order(rows) if snapshot.has_bcn else rows, snapshot, pending)
+            return decide(in_batch_order(rows) if shape.has_bcn else rows, inputs)
 
         self._decided = decided
         self._prepared: _Prepared | None = None
         if self.ensure_topics is None:
             # The usual case: the whole query is planned now, once, and kept (`_Prepared`).
-            self._prepared = _Prepared.of(like, lambda b: _records(decided(b), destinations, snapshot))
+            self._prepared = _Prepared.of(like, lambda b: _records(decided(b), destinations))
 
-    def run(self, batch: DataFrame) -> BatchMetrics:
-        """Decide `batch` and write everything it gives in one Kafka write; return its metrics."""
+    def run(
+        self, batch: DataFrame, snapshot: Snapshot, pending: frozenset[tuple[str, str, str]] = frozenset()
+    ) -> BatchMetrics:
+        """Decide `batch` with `snapshot` and write everything it gives in one Kafka write; its metrics.
+
+        `pending` holds (instance, scope, service) of the MissingRoute requests outstanding (B4).
+        """
+        self.inputs.set(snapshot, pending)
         if self._prepared is not None:
             return _metrics(self.spark, self._prepared.write(batch, self.kafka_options))
         jvm = self.spark._jvm
@@ -122,7 +131,7 @@ class BatchPlan:
         decided, destinations = self._decided(batch), self.destinations
         if self.ensure_topics is not None:
             decided, destinations = self._with_transport_topics(decided)
-        records = _records(decided, destinations, self.snapshot)
+        records = _records(decided, destinations)
         planned = time.monotonic()
         observed = jvm.router.plan.KafkaWrite.write(records._jdf, self.kafka_options, METRICS)
         log.debug("batch planned in %.3fs, run in %.3fs", planned - started, time.monotonic() - planned)
@@ -141,11 +150,11 @@ class BatchPlan:
         return kept, Destinations(t, {**self.destinations.unavailable, **refused})
 
 
-def _records(decided: DataFrame, destinations: Destinations, snapshot: Snapshot) -> DataFrame:
+def _records(decided: DataFrame, destinations: Destinations) -> DataFrame:
     """Every record of the decided rows, with the batch's metrics observed on the way."""
     routed = with_destinations(decided, destinations)
     observed = routed.observe(METRICS, *batch_metrics(routed))
-    return output_records(observed, destinations, snapshot.version)
+    return output_records(observed, destinations)
 
 
 class _Prepared:

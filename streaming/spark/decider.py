@@ -22,7 +22,7 @@ from pyspark.sql.types import (
 
 from streaming.rules.batch import BatchResult, RoutingBatch
 from streaming.rules.model import Decision, Outcome, Reason
-from streaming.spark.decision import build_snapshot, decide, in_batch_order, local_frame
+from streaming.spark.decision import DecisionInputs, build_snapshot, decide, in_batch_order, local_frame
 
 MESSAGE_SCHEMA = StructType(
     [
@@ -116,13 +116,14 @@ class SparkDecider:
             for scope, service in batch.pending_requests
         )
         messages = in_batch_order(local_frame(self.spark, rows, MESSAGE_SCHEMA))
+        inputs = DecisionInputs(self.spark)
         by_key: dict[str, list[Row]] = {key: [] for key in keys}
         try:
             # Batches with different clocks (R6) are decided against their own snapshots.
             for now, snapshot in by_now.items():
                 instants = [key for key, batch in zip(keys, batches, strict=True) if batch.now == now]
-                chosen = messages.where(messages["instance"].isin(instants))
-                for row in decide(chosen, snapshot, pending).collect():
+                inputs.set(snapshot, pending)
+                for row in decide(messages.where(messages["instance"].isin(instants)), inputs).collect():
                     by_key[row["instance"]].append(row)
         finally:
             for snapshot in snapshots:

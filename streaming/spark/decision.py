@@ -60,10 +60,12 @@ DECISION_COLUMNS = (
     *CHOICE_IDENTITY_COLUMNS,
     "k_change",
     "d_topic",
+    "d_snapshot",
 )
 """What `decide` adds (`router.rules.Decide`); `k_change` is "first" when the conversation kept no
 choice, "again" when it kept another (its route is gone), else null; `d_topic` is the topic the
-message goes to when the snapshot was built with `TopicNaming`, else null."""
+message goes to when the snapshot was built with `TopicNaming`, else null; `d_snapshot` is the
+version of the snapshot it was decided with."""
 
 LITERAL_ROWS = 16
 """local_frame writes up to this many rows into the plan as literals; more go over as Arrow."""
@@ -142,6 +144,7 @@ def snapshot_json(
     routes: Iterable[tuple[str, Route]],
     mirrors: Mapping[str, Mapping[str, MirrorRole]] | None = None,
     topics: TopicNaming | None = None,
+    version: str = "",
 ) -> str:
     """The JSON `router.rules.Snapshot.parse` reads: each instance's catalog, routes and mirror roles.
 
@@ -183,7 +186,7 @@ def snapshot_json(
         for key, i in instances.items()
     ]
     naming = {"prefix": topics.prefix, "inbound": dict(topics.inbound)} if topics else {}
-    return json.dumps({"instances": documents, **naming}, separators=(",", ":"))
+    return json.dumps({"instances": documents, "version": version, **naming}, separators=(",", ":"))
 
 
 def _own_topics(topics: TopicNaming | None, key: str) -> dict[str, object]:
@@ -204,26 +207,38 @@ def build_snapshot(
     """The snapshot of (instance key, route) pairs at `now`, in the JVM and broadcast (R6 applied)."""
     active = [(key, r) for key, r in routes if r.is_active(now)]
     jvm = _jvm(spark)
-    parsed = jvm.router.rules.Snapshot.parse(snapshot_json(instances, active, mirrors, topics))
+    parsed = jvm.router.rules.Snapshot.parse(snapshot_json(instances, active, mirrors, topics, version))
     broadcast = jvm.router.rules.Decide.broadcast(spark._jsparkSession, parsed)
     return Snapshot(broadcast, snapshot_flags(active, now), len(active), version, now)
 
 
-def decide(
-    messages: DataFrame, snapshot: Snapshot, pending: frozenset[tuple[str, str, str]] = frozenset()
-) -> DataFrame:
-    """`messages` with `DECISION_COLUMNS` (see the module docstring).
+class DecisionInputs:
+    """What `decide`'s pass decides with when a batch runs: a snapshot, and B4's outstanding requests.
+
+    A plan built once keeps deciding with whatever was `set` last before each run (Spark ships the
+    pass's inputs with each job, `router.rules.DecisionInputs`): a route change does not plan again.
+    """
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._inputs = _jvm(spark).router.rules.Decide.inputs()
+        self.snapshot: Snapshot | None = None
+
+    def set(self, snapshot: Snapshot, pending: frozenset[tuple[str, str, str]] = frozenset()) -> None:
+        """Decide the next batches with `snapshot`; `pending` holds (instance, scope, service) (B4)."""
+        self._inputs.set(snapshot.broadcast, sorted("\u0000".join(p) for p in pending))
+        self.snapshot = snapshot
+
+
+def decide(messages: DataFrame, inputs: DecisionInputs) -> DataFrame:
+    """`messages` with `DECISION_COLUMNS` (see the module docstring), decided with `inputs`.
 
     The rows need `instance`, `conversation_id`, `service`, `origin`, `bid`, `from_target`,
     `hops_remaining`, `ttl_s` and `size_bytes`, and may have `error` (a row with one is not
     decided), `KEPT_COLUMNS` and `waiting`. Each conversation endpoint's rows must be in batch order
     in their partition; with a route to the dynamic routing service (`Snapshot.has_bcn`) the whole
-    batch must be one partition in batch order (B4). `pending` holds (instance, scope, service) of
-    the MissingRoute requests outstanding.
+    batch must be one partition in batch order (`in_batch_order`, B4).
     """
-    jvm = _jvm(messages.sparkSession)
-    keys = sorted("\u0000".join(p) for p in pending)
-    out = jvm.router.rules.Decide.apply(messages._jdf, snapshot.broadcast, keys)
+    out = _jvm(messages.sparkSession).router.rules.Decide.apply(messages._jdf, inputs._inputs)
     return DataFrame(out, messages.sparkSession)
 
 

@@ -46,7 +46,7 @@ from streaming.kafka.client_log import collapse_outages
 from streaming.rules.model import normalize_address
 from streaming.spark.batch import BatchMetrics, BatchPlan
 from streaming.spark.checkpoint import drop_uncommitted_batch, logged_batches
-from streaming.spark.decision import Snapshot
+from streaming.spark.decision import DecisionInputs, Snapshot
 from streaming.spark.output import Destinations
 from streaming.spark.progress import BatchReport, RunTotals, lag, source_offsets
 from streaming.spark.requests import OutstandingRequests
@@ -125,6 +125,7 @@ class RouterJob:
         self._reports: dict[int, BatchReport] = {}
         self._plan: BatchPlan | None = None
         self._plan_key: tuple[object, ...] | None = None
+        self._inputs = DecisionInputs(spark)
         self._answered_at: Snapshot | None = None
         self._warned: set[str] = set()
         self._query: StreamingQuery | None = None
@@ -346,7 +347,10 @@ class RouterJob:
         planned = time.monotonic()
         plan = self._plan_for(snapshot, batch)
         built = time.monotonic()
-        metrics = plan.run(batch)
+        previous = self._inputs.snapshot
+        metrics = plan.run(batch, snapshot, self.requests.pending if snapshot.has_bcn else frozenset())
+        if previous is not None and previous is not snapshot:
+            previous.release()  # the batch that used it last has run
         log.debug(
             "batch %d: snapshot %.3fs, plan %.3fs, run %.3fs",
             batch_id,
@@ -362,23 +366,20 @@ class RouterJob:
             self._reports[batch_id] = report
 
     def _plan_for(self, snapshot: Snapshot, batch: DataFrame) -> BatchPlan:
-        """The batch plan of this snapshot, built again only when what it is built from changed."""
-        pending = self.requests.pending if snapshot.has_bcn else frozenset()
+        """The batch plan, built again only when its shape or the unavailable destinations changed."""
         unavailable = dict(self.snapshots.unavailable)
-        key = (id(snapshot), pending, tuple(sorted(unavailable.items())))
+        shape = replace(snapshot.flags, valid_until=None)
+        key = (shape, tuple(sorted(unavailable.items())))
         if self._plan is None or key != self._plan_key:
-            previous = self._plan.snapshot if self._plan is not None else None
             self._plan = BatchPlan(
                 batch,
-                snapshot,
-                pending,
+                self._inputs,
+                shape,
                 Destinations(self.topology, unavailable),
                 write_options(self.settings),
                 ensure_topics=self.snapshots.ensure_reachable,
             )
             self._plan_key = key
-            if previous is not None and previous is not snapshot:
-                previous.release()  # no batch runs with it again
         return self._plan
 
     def _warn_unavailable(self, metrics: BatchMetrics) -> None:

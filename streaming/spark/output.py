@@ -35,7 +35,7 @@ from streaming import topics
 from streaming.kafka.avro import schema_json
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, MISSING_ROUTE_MESSAGE_TYPE
 from streaming.spark.decision import KEPT_COLUMNS
-from streaming.spark.sources import SOURCE_DELAYED, SOURCE_INBOUND, Topology
+from streaming.spark.sources import SOURCE_DELAYED, SOURCE_INBOUND, TIME_FORMAT, Topology
 from streaming.spark.state import FIRST_COLUMN, choice_key, choice_value
 
 DESTINATION_UNAVAILABLE = "destination_unavailable"
@@ -47,7 +47,6 @@ HOME_COLUMN = "home_instance"
 
 HEADER_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 RECORD_FIELDS = ("key", "value", "topic", "headers")
-_TIME_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
 
 
 @dataclass(frozen=True)
@@ -85,7 +84,7 @@ def _record(key: Column, value: Column, topic: Column, headers_: Column) -> Colu
 
 def _now_text(offset_s: float = 0.0) -> Column:
     """The batch's time (`batch_ms`, from the state processor), `offset_s` on, as ISO-8601 UTC text."""
-    return F.date_format(F.timestamp_millis(F.col("batch_ms") + F.lit(int(offset_s * 1000))), _TIME_FORMAT)
+    return F.date_format(F.timestamp_millis(F.col("batch_ms") + F.lit(int(offset_s * 1000))), TIME_FORMAT)
 
 
 def _message_value() -> Column:
@@ -121,7 +120,7 @@ def with_destinations(decided: DataFrame, d: Destinations) -> DataFrame:
     )
 
 
-def output_records(decided: DataFrame, d: Destinations, snapshot_version: str) -> DataFrame:
+def output_records(decided: DataFrame, d: Destinations) -> DataFrame:
     """Every record the batch writes (`RECORD_FIELDS`), from rows of `with_destinations`."""
     t = d.topology
     outcome = F.col("outcome")
@@ -138,7 +137,7 @@ def output_records(decided: DataFrame, d: Destinations, snapshot_version: str) -
             ("address", F.col("d_address")),
             ("scope", F.col("d_scope")),
             ("requests", F.col("requests")),
-            ("snapshot_version", F.lit(snapshot_version)),
+            ("snapshot_version", F.col("d_snapshot")),
             ("decided_at", decided_at),
             ("router_instance", F.col("instance")),
             ("due_at", F.when(outcome == "delayed", _now_text(t.retry_s))),

@@ -30,13 +30,16 @@ from streaming.errors import ConfigError, RouterError
 from streaming.kafka.avro import schema_json
 from streaming.rules.model import Instance
 from streaming.spark.decision import KEPT_COLUMNS
-from streaming.spark.state import apply_state, as_choices, as_delayed, as_messages
+from streaming.spark.state import DELAYED_AT, apply_state, as_choices, as_delayed, as_messages
 from streaming.tables.validate import ADDRESS_MAX, SYSNAME_MAX
 
 SOURCE_DELAYED, SOURCE_OUTBOUND, SOURCE_INBOUND = 0, 1, 2
 """Where a message row was read (`source`); also the first key of its batch order (`pos`)."""
 
 MESSAGE_LIMIT = "max_offsets_per_trigger"
+
+TIME_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
+"""The form of the instants in the records' headers (`decided_at`, `due_at`): ISO-8601, UTC, in µs."""
 
 
 TopicKind = Callable[[str, str], str]
@@ -188,9 +191,12 @@ def input_stream(spark: SparkSession, settings: Settings, topology: Topology) ->
     rows = as_messages(decoded)
     delayed = _kafka(spark, settings, t.delayed, limit=False, headers=True)
     kept = {c: _header_value(c) for c in KEPT_COLUMNS}
-    rows = rows.unionByName(
-        as_delayed(decode(delayed.withColumns(kept), t, passed=(*KEPT_COLUMNS, "timestamp")))
-    )
+    # D2: a delayed message waits from the decision that delayed it (its `decided_at`, from which
+    # its `due_at` counts), not from when its record was appended, a batch's write later.
+    decided = F.unix_millis(F.to_timestamp(_header_value("decided_at"), TIME_FORMAT))
+    kept[DELAYED_AT] = F.coalesce(decided, F.unix_millis(F.col("timestamp")))
+    delayed_rows = decode(delayed.withColumns(kept), t, passed=(*KEPT_COLUMNS, DELAYED_AT))
+    rows = rows.unionByName(as_delayed(delayed_rows))
     if settings.keep_choice_s > 0:
         rows = rows.unionByName(as_choices(_kafka(spark, settings, t.choices, limit=False), decoded))
     return apply_state(rows, settings.keep_choice_s, t.retry_s)

@@ -11,8 +11,9 @@ those of `streaming.rules.memory` (tested against them). No message passes throu
 processor sees a message's few decision columns and its bytes, not a decoded payload.
 
 What a batch decides reaches the memory through Kafka: the choices topic (compacted; one record per
-choice an entry made in a batch) and the delayed topic (the delayed messages themselves,
-LogAppendTime), both read back by the query. Restarting from the checkpoint resumes the state at
+choice an entry made in a batch) and the delayed topic (the delayed messages themselves, each
+waiting from its `decided_at` header, the instant its `due_at` header counts from), both read back
+by the query. Restarting from the checkpoint resumes the state at
 the last committed batch and the topics at their offsets, so nothing is lost or applied twice; a
 new checkpoint rebuilds the choices from the compacted topic and holds again what the delayed
 topic holds.
@@ -87,16 +88,17 @@ def as_messages(messages: DataFrame) -> DataFrame:
     return messages.withColumns({KEY_COLUMN: _group_key(F.col("error").isNull()), **_state_columns(MESSAGE)})
 
 
-def as_delayed(records: DataFrame) -> DataFrame:
-    """Decoded records of the delayed topic, with `KEPT_COLUMNS` from their headers and `timestamp`.
+DELAYED_AT = "delayed_ms"
+"""A delayed record's column: when its message was delayed (epoch ms), from which it waits (D2)."""
 
-    The record's Kafka timestamp (LogAppendTime) is when its message was delayed (D2).
-    """
+
+def as_delayed(records: DataFrame) -> DataFrame:
+    """Decoded records of the delayed topic, with `KEPT_COLUMNS` from their headers and `DELAYED_AT`."""
     identity = tuple(F.col(c) for c in KEPT_COLUMNS)
-    at = F.unix_millis(F.col("timestamp"))
-    return records.withColumns(
-        {KEY_COLUMN: _group_key(F.col("error").isNull()), **_state_columns(DELAYED, identity, at)}
-    ).drop(*KEPT_COLUMNS, "timestamp")
+    state = _state_columns(DELAYED, identity, F.col(DELAYED_AT))
+    return records.withColumns({KEY_COLUMN: _group_key(F.col("error").isNull()), **state}).drop(
+        *KEPT_COLUMNS, DELAYED_AT
+    )
 
 
 def as_choices(records: DataFrame, messages: DataFrame) -> DataFrame:

@@ -18,7 +18,7 @@ import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from streaming.spark.state import apply_state, as_choices, as_delayed, as_messages
+from streaming.spark.state import DELAYED_AT, apply_state, as_choices, as_delayed, as_messages
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ MESSAGE_SCHEMA = (
 )
 """A message row as the processor takes it; `from_target` left out of a row reads as the initiator's side."""
 DELAYED_SCHEMA = (
-    f"{MESSAGE_SCHEMA}, kept_bid string, kept_route_service string, kept_address string, timestamp timestamp"
+    f"{MESSAGE_SCHEMA}, kept_bid string, kept_route_service string, kept_address string, {DELAYED_AT} long"
 )
 RECORD_SCHEMA = "value string, timestamp timestamp, offset long"
 NOW = datetime.now(timezone.utc)
@@ -186,14 +186,14 @@ def test_a_choice_is_kept_keep_s_after_it_was_made(spark: SparkSession, tmp_path
 def delayed(
     n: int, conversation: str = "c1", at: datetime = NOW, address: str | None = None
 ) -> dict[str, object]:
-    """A record of the delayed topic: the message, the identity its conversation kept, when delayed."""
+    """A record of the delayed topic: the message, the identity its conversation kept, when delayed (ms)."""
     return {
         **message(n, conversation=conversation, pos=n),
         "topic": "delayed",
         "kept_bid": "" if address else None,
         "kept_route_service": "S" if address else None,
         "kept_address": address,
-        "timestamp": at.isoformat(),
+        DELAYED_AT: int(at.timestamp() * 1000),
     }
 
 

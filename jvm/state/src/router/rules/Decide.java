@@ -4,7 +4,6 @@ import java.io.Serializable;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.Iterator;
-import java.util.List;
 import java.util.Map;
 import java.util.Set;
 
@@ -54,12 +53,13 @@ import scala.runtime.AbstractFunction1;
  * to, when the snapshot names topics ({@code streaming.topics}' naming, by {@link
  * router.naming.TopicNames}): a local service's queue for {@code deliver}, the next hop's inbound or
  * network topic for {@code send} and {@code forward}, the instance's delayed topic, else its
- * dropped topic.
+ * dropped topic; and {@code d_snapshot}, the version of the route snapshot it was decided with.
  */
 public final class Decide {
   static final String[] COLUMNS = {
     "outcome", "d_database", "d_address", "d_route", "match_step", "choice_step", "reason", "requests",
-    "d_hops_remaining", "d_scope", "k_bid", "k_route_service", "k_address", "k_change", "d_topic"
+    "d_hops_remaining", "d_scope", "k_bid", "k_route_service", "k_address", "k_change", "d_topic",
+    "d_snapshot"
   };
   private static final int HOPS = 8;
 
@@ -68,6 +68,11 @@ public final class Decide {
   /** {@code snapshot} broadcast to the tasks, once per route snapshot. */
   public static Broadcast<Snapshot> broadcast(org.apache.spark.sql.SparkSession spark, Snapshot snapshot) {
     return JavaSparkContext.fromSparkContext(spark.sparkContext()).broadcast(snapshot);
+  }
+
+  /** New inputs for a plan, to be {@link DecisionInputs#set set} before each batch. */
+  public static DecisionInputs inputs() {
+    return new DecisionInputs();
   }
 
   /** The output schema: the input's columns, then {@link #COLUMNS}. */
@@ -80,19 +85,15 @@ public final class Decide {
     return out;
   }
 
-  /**
-   * Decide {@code rows}: with the snapshot, and {@code pending} the MissingRoute requests
-   * outstanding as {@code instance\0scope\0service} (B4).
-   */
-  public static Dataset<Row> apply(Dataset<Row> rows, Broadcast<Snapshot> snapshot, List<String> pending) {
+  /** Decide {@code rows} with what {@code inputs} holds when a batch runs (the snapshot, B4's requests). */
+  public static Dataset<Row> apply(Dataset<Row> rows, DecisionInputs inputs) {
     SparkSession spark = (SparkSession) rows.sparkSession();
     StructType input = rows.schema();
     StructType output = outputSchema(input);
     RDD<InternalRow> decided =
         rows.queryExecution()
             .toRdd()
-            .mapPartitions(
-                new Pass(input, output, snapshot, pending.toArray(new String[0])), true, ClassTag$.MODULE$.apply(InternalRow.class));
+            .mapPartitions(new Pass(input, output, inputs), true, ClassTag$.MODULE$.apply(InternalRow.class));
     return spark.internalCreateDataFrame(decided, output, false);
   }
 
@@ -144,19 +145,18 @@ public final class Decide {
     private static final long serialVersionUID = 1L;
     private final StructType output;
     private final Columns columns;
-    private final Broadcast<Snapshot> snapshot;
-    private final String[] pending;
+    private final DecisionInputs inputs;
 
-    Pass(StructType input, StructType output, Broadcast<Snapshot> snapshot, String[] pending) {
+    Pass(StructType input, StructType output, DecisionInputs inputs) {
       this.output = output;
       this.columns = new Columns(input);
-      this.snapshot = snapshot;
-      this.pending = pending;
+      this.inputs = inputs;
     }
 
     @Override
     public scala.collection.Iterator<InternalRow> apply(scala.collection.Iterator<InternalRow> rows) {
-      Scan scan = new Scan(CollectionConverters.asJava(rows), output, columns, snapshot.value(), pending);
+      Scan scan =
+          new Scan(CollectionConverters.asJava(rows), output, columns, inputs.snapshot(), inputs.pending());
       return CollectionConverters.asScala(scan);
     }
   }
@@ -180,12 +180,14 @@ public final class Decide {
     private final Map<String, Route.Identity> chosen = new HashMap<>();
     /** Destination topics named in this pass, by instance, database and service or by address. */
     private final Map<String, UTF8String> topics = new HashMap<>();
+    private final UTF8String version;
 
     Scan(Iterator<InternalRow> rows, StructType output, Columns columns, Snapshot snapshot, String[] pending) {
       this.rows = rows;
       this.project = UnsafeProjection.create(output);
       this.c = columns;
       this.snapshot = snapshot;
+      this.version = utf8(snapshot.version);
       for (String p : pending) {
         int cut = p.indexOf('\u0000');
         this.pending.computeIfAbsent(p.substring(0, cut), k -> new HashSet<>()).add(p.substring(cut + 1));
@@ -272,6 +274,7 @@ public final class Decide {
       if (snapshot.prefix != null) {
         decision.update(14, topic(d, site, m.service));
       }
+      decision.update(15, version);
     }
 
     /** The topic a decided message goes to (see the class comment). */

@@ -38,11 +38,14 @@ public final class Snapshot implements Serializable {
   final String prefix;
   /** The inbound topic of every instance in the catalogs, by its normalized address. */
   final Map<String, String> inbound;
+  /** Which routes and roles it holds (the routes and mirrors topics' offsets), for the decisions' headers. */
+  final String version;
 
-  private Snapshot(Map<String, Site> sites, String prefix, Map<String, String> inbound) {
+  private Snapshot(Map<String, Site> sites, String prefix, Map<String, String> inbound, String version) {
     this.sites = sites;
     this.prefix = prefix;
     this.inbound = inbound;
+    this.version = version;
   }
 
   /** The instance a row names, or null when the snapshot holds none by that key. */
@@ -68,7 +71,7 @@ public final class Snapshot implements Serializable {
     if (topics != null) {
       topics.fields().forEachRemaining(e -> inbound.put(e.getKey(), e.getValue().asText()));
     }
-    return new Snapshot(sites, text(root, "prefix"), inbound);
+    return new Snapshot(sites, text(root, "prefix"), inbound, text(root, "version"));
   }
 
   /** How many active routes the snapshot holds, over every instance. */

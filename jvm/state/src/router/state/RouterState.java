@@ -49,7 +49,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * from one batch to the next and compiled once).
  *
  * <p>Timeouts are in processing time: they fire at the next micro-batch that runs after they are
- * due (the router's tick makes one every second). The query must run with {@code
+ * due, or at most {@link #DUE_MARGIN_MS} before (the router's tick makes one every second). The query must run with {@code
  * spark.sql.streaming.noDataMicroBatches.enabled=false}, or Spark would run a batch without data
  * after every batch and a bounded run would not end.
  */
@@ -70,6 +70,13 @@ public final class RouterState {
   public static final String WAITING = "waiting";
   public static final String FIRST = "first_of_entry";
   public static final String BATCH_TIME = "batch_ms";
+  /**
+   * D2: how long before its due time a micro-batch may release a conversation. Micro-batches start
+   * a few tens of milliseconds after their trigger's tick, and a due time, counted from the batch
+   * that delayed the message, falls as far after a later tick: without the margin a batch starting
+   * a little before the due time would leave it to the next one, a whole trigger later.
+   */
+  static final long DUE_MARGIN_MS = 100;
 
   static final StructType ENTRY_TYPE =
       new StructType()
@@ -167,6 +174,7 @@ public final class RouterState {
     @Override
     public Iterator<Row> call(String key, Iterator<Row> rows, GroupState<Row> state) {
       long now = state.getCurrentProcessingTimeMs();
+      long due = now + DUE_MARGIN_MS; // what falls due by then leaves in this batch
       ConversationMemory<Object[]> memory = restore(state);
       List<ConversationMemory.Arrival<Object[]>> arrivals = new ArrayList<>();
       List<ConversationMemory.Choice> choices = new ArrayList<>();
@@ -195,7 +203,7 @@ public final class RouterState {
         }
       }
       memory.rememberAll(choices);
-      ConversationMemory.Step<Object[]> step = memory.step(now, keepMs, retryMs, arrivals);
+      ConversationMemory.Step<Object[]> step = memory.step(due, keepMs, retryMs, arrivals);
       List<Row> out = new ArrayList<>(step.released.size() + step.given.size());
       for (ConversationMemory.Given<Object[]> g : step.released) {
         out.add(leaving(g, now));
@@ -203,7 +211,7 @@ public final class RouterState {
       for (ConversationMemory.Given<Object[]> g : step.given) {
         out.add(leaving(g, now));
       }
-      save(memory, state, now, step.nextAt);
+      save(memory, state, due, step.nextAt);
       return out.isEmpty() ? Collections.emptyIterator() : out.iterator();
     }
 
