@@ -15,13 +15,13 @@ Both run against one `router run` (`bench.router_process`) for instance i1 with 
 * `retry_precision`: `messages` messages to another service without a route are sent. Each is
   delayed (a record on the delayed topic with a `due_at` header, ISO-8601 UTC) and, while no route
   names its service, retried at `due_at` and delayed again. The retry figure is, per retry, the
-  `decided_at` of the next delayed record (the micro-batch that routed it again) minus the
-  `due_at` of the one before: how late the retry timer fires, the aim's figure; and the same with
-  the next record's Kafka timestamp, which adds that batch's write. Once every message was retried `retries` times a route for
-  the service is written, and the release figure is, per message, its record in the destination
-  topic minus the `due_at` of the last delay before it. A release comes at the first retry after
-  the route arrived; when that retry falls due while the router is still taking the route change
-  in (shortly after the route was written), the release also waits for that.
+  `decided_at` of the next delayed record (the micro-batch that routed it again) minus the `due_at`
+  of the one before: how late the retry timer fires, the aim's figure; and the same with the next
+  record's Kafka timestamp, which adds that batch's write. Once every message was retried `retries`
+  times a route for the service is written, and the release figure is, per message, its record in
+  the destination topic minus the `due_at` of the last delay before it. A release comes at the first
+  retry after the route arrived; when that retry falls due while the router is still taking the
+  route change in (shortly after the route was written), the release also waits for that.
 
 Without --bootstrap the module starts an embedded broker on a free port.
 """
