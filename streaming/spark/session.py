@@ -120,6 +120,11 @@ def build_session(
             "spark.sql.streaming.stateStore.providerClass",
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         )
+        # A commit writes the batch's changes to the checkpoint instead of a snapshot of the whole
+        # store (snapshots are made in the background). Measured at 10,000 msg/s offered: commit
+        # 120-220 ms a batch instead of 260-430 (2 tasks), batches of 1.0-1.2 s instead of 1.1-1.5.
+        # A checkpoint made without it resumes with it, and the other way round.
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.executor.extraJavaOptions", java_options)
         .config("spark.ui.showConsoleProgress", "false")
