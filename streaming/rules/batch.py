@@ -10,7 +10,9 @@ the streaming job. Messages in a batch are decided in order, as if one at a time
   creates the request; later ones in the batch see it pending (B4) and go on with M5;
 * a message that `remembers_choice` keeps the route its conversation chose before (K2): the
   route identity in `choices`, or the one chosen earlier in the batch, while it is a candidate.
-  All messages with one `choice_key` read the same routes, so within a batch they choose alike.
+  All messages with one `choice_key` read the same routes, so within a batch they choose alike;
+* the messages a batch forwards are in flight together: one whose forwarding would push their
+  bytes over MESSAGE_FORWARD_SIZE is discarded with `forward_buffer_full` (F5).
 
 Conversation state that lives with the endpoints (the pin of A2, CURRENT DATABASE) is applied to
 each message's `broker_instance` before it reaches an engine.

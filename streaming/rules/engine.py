@@ -24,7 +24,12 @@ from dataclasses import replace
 
 from streaming.rules.batch import BatchResult, RoutingBatch
 from streaming.rules.choice import C1, C2, C4, Choice, choose_route
-from streaming.rules.forwarding import forwarded_hops, forwarder_discard_reason, forwarding_refused
+from streaming.rules.forwarding import (
+    buffer_full,
+    forwarded_hops,
+    forwarder_discard_reason,
+    forwarding_refused,
+)
 from streaming.rules.locate import hosts_service, locate_database
 from streaming.rules.matching import M4, M6, M7, Match, match_routes
 from streaming.rules.mirror import principal_address
@@ -60,6 +65,8 @@ class ReferenceEngine:
           messages of the batch see it pending and go on at M5.
         * K2: a message that `remembers_choice` keeps the route its conversation chose before
           (from an earlier batch, or earlier in this one) while that route is still a candidate.
+        * F5: the messages the batch forwards are in flight together; one whose forwarding would
+          push their total over MESSAGE_FORWARD_SIZE is discarded (`forward_buffer_full`).
         """
         snapshot = RouteSnapshot.of(batch)
         pending = set(batch.pending_requests)
@@ -68,11 +75,17 @@ class ReferenceEngine:
         decisions: list[Decision] = []
         requests: list[tuple[str, str]] = []
         choices: dict[ChoiceKey, RouteIdentity] = {}
+        in_flight = 0
         for message in batch.messages:
             if not message.is_remote and message.endpoint in waiting:
                 decision = delayed_behind_conversation(message, snapshot)
             else:
                 decision = decide_message(message, snapshot, pending, memory.get(message.choice_key))
+            if decision.outcome is Outcome.FORWARD:
+                if buffer_full(in_flight, message, batch.instance):
+                    decision = discarded_for_buffer(decision)
+                else:
+                    in_flight += message.size_bytes
             if decision.requests is not None and decision.scope is not None:
                 pending.add((decision.scope, decision.requests))
                 requests.append((decision.scope, decision.requests))
@@ -82,6 +95,17 @@ class ReferenceEngine:
                 memory[message.choice_key] = choices[message.choice_key] = decision.remembered
             decisions.append(decision)
         return BatchResult(decisions=tuple(decisions), requests=tuple(requests), choices=choices)
+
+
+def discarded_for_buffer(forward: Decision) -> Decision:
+    """F5: a forward that does not fit the forwarder's buffer, discarded with the route it had chosen."""
+    return replace(
+        forward,
+        outcome=Outcome.DISCARDED,
+        reason=Reason.FORWARD_BUFFER_FULL,
+        address=None,
+        hops_remaining=None,
+    )
 
 
 def delayed_behind_conversation(message: Message, snapshot: RouteSnapshot) -> Decision:

@@ -31,9 +31,8 @@ def forwarder_discard_reason(message: Message, instance: Instance) -> Reason | N
       forwarded ([AMB] faithful reading: discard, since each forward costs one hop).
     * F3 lifetime: a message whose remaining `time_to_live_s` is known and has reached 0 is
       discarded (the DMV's "discarded when it reaches 0"); an unknown lifetime never expires here.
-    * F5 buffer: a message larger than MESSAGE_FORWARD_SIZE is dropped. The forwarder relays each
-      message as soon as it is routed, so the buffered total at a message's arrival is the message
-      itself; a record here is one fragment, never reassembled.
+    * F5 buffer: a message larger than MESSAGE_FORWARD_SIZE is dropped, whatever else is in flight
+      (`buffer_full` with nothing before it); a record here is one fragment, never reassembled.
     """
     if message.hops_remaining <= 0:
         return Reason.HOPS_EXHAUSTED
@@ -42,6 +41,17 @@ def forwarder_discard_reason(message: Message, instance: Instance) -> Reason | N
     if message.size_bytes > instance.forward_size_mb * BYTES_PER_MB:
         return Reason.FORWARD_BUFFER_FULL
     return None
+
+
+def buffer_full(in_flight: int, message: Message, instance: Instance) -> bool:
+    """F5: forwarding `message` would push the bytes in flight over MESSAGE_FORWARD_SIZE.
+
+    What a micro-batch forwards is in flight together, from its decision until its write is done:
+    `in_flight` holds the bytes of the batch's messages forwarded before this one (its arrival
+    order). The streaming job writes a batch's partitions side by side, each with an equal share
+    of the budget (`router.rules.Decide`), so that their sum stays within it.
+    """
+    return in_flight + message.size_bytes > instance.forward_size_mb * BYTES_PER_MB
 
 
 def forwarded_hops(message: Message) -> int:

@@ -135,7 +135,7 @@ def _message(n: int, code: int, origins: Sequence[str], conversations: Sequence[
         from_target=from_target,  # a local target service's reply too: each side keeps its own order (D1)
         hops_remaining=f.of((16, 1, 0)),
         time_to_live_s=f.of((None, None, -1.0, 30.0)),
-        size_bytes=f.of((10, 2_000_000)),
+        size_bytes=f.of((10, 2_000_000, 400_000)),  # F5: 400,000 fills a 1 MB buffer in three
     )
 
 

@@ -37,7 +37,11 @@ import scala.runtime.AbstractFunction1;
  *   <li>B4: the first message to reach M4 for (instance, scope, service) asks; later ones find the
  *       request pending;
  *   <li>K2: a message that keeps its choice is given what its conversation chose earlier in the
- *       pass, else what the row carries ({@code kept_*}, from the state processor).
+ *       pass, else what the row carries ({@code kept_*}, from the state processor);
+ *   <li>F5: what a batch forwards is in flight together until its write is done; a message whose
+ *       forwarding would push the pass's bytes over the instance's share of MESSAGE_FORWARD_SIZE is
+ *       discarded ({@code forward_buffer_full}). The partitions of a batch are written side by
+ *       side, so each pass has an equal share of the budget (the whole of it in one partition).
  * </ul>
  *
  * <p>Each endpoint's rows must come in batch order within their partition (the state processor
@@ -93,7 +97,10 @@ public final class Decide {
     RDD<InternalRow> decided =
         rows.queryExecution()
             .toRdd()
-            .mapPartitions(new Pass(input, output, inputs), true, ClassTag$.MODULE$.apply(InternalRow.class));
+            .mapPartitions(
+                new Pass(input, output, inputs, rows.queryExecution().toRdd().getNumPartitions()),
+                true,
+                ClassTag$.MODULE$.apply(InternalRow.class));
     return spark.internalCreateDataFrame(decided, output, false);
   }
 
@@ -146,17 +153,20 @@ public final class Decide {
     private final StructType output;
     private final Columns columns;
     private final DecisionInputs inputs;
+    private final int partitions;
 
-    Pass(StructType input, StructType output, DecisionInputs inputs) {
+    Pass(StructType input, StructType output, DecisionInputs inputs, int partitions) {
       this.output = output;
       this.columns = new Columns(input);
       this.inputs = inputs;
+      this.partitions = Math.max(1, partitions);
     }
 
     @Override
     public scala.collection.Iterator<InternalRow> apply(scala.collection.Iterator<InternalRow> rows) {
       Scan scan =
-          new Scan(CollectionConverters.asJava(rows), output, columns, inputs.snapshot(), inputs.pending());
+          new Scan(
+              CollectionConverters.asJava(rows), output, columns, inputs.snapshot(), inputs.pending(), partitions);
       return CollectionConverters.asScala(scan);
     }
   }
@@ -181,9 +191,19 @@ public final class Decide {
     /** Destination topics named in this pass, by instance, database and service or by address. */
     private final Map<String, UTF8String> topics = new HashMap<>();
     private final UTF8String version;
+    /** F5: bytes forwarded in this pass, by instance; and how many passes share a budget. */
+    private final Map<String, Long> inFlight = new HashMap<>();
+    private final int partitions;
 
-    Scan(Iterator<InternalRow> rows, StructType output, Columns columns, Snapshot snapshot, String[] pending) {
+    Scan(
+        Iterator<InternalRow> rows,
+        StructType output,
+        Columns columns,
+        Snapshot snapshot,
+        String[] pending,
+        int partitions) {
       this.rows = rows;
+      this.partitions = partitions;
       this.project = UnsafeProjection.create(output);
       this.c = columns;
       this.snapshot = snapshot;
@@ -241,6 +261,14 @@ public final class Decide {
           }
         }
         d = Engine.decide(m, site, asked, remembered);
+      }
+      if (Decision.FORWARD.equals(d.outcome)) {
+        long before = inFlight.getOrDefault(instance, 0L);
+        if (before + m.sizeBytes > site.forwardBytes / partitions) {
+          Engine.discardForBuffer(d);
+        } else {
+          inFlight.put(instance, before + m.sizeBytes);
+        }
       }
       if (d.requests != null && d.scope != null) {
         asked.add(d.scope + "\u0000" + d.requests);

@@ -76,6 +76,14 @@ final class Engine {
     return m.isRemote() ? Snapshot.MSDB : m.origin;
   }
 
+  /** F5, {@code discarded_for_buffer}: a forward that does not fit the buffer, discarded with its route. */
+  static void discardForBuffer(Decision forward) {
+    forward.outcome = Decision.DISCARDED;
+    forward.reason = FORWARD_BUFFER_FULL;
+    forward.address = null;
+    forward.hopsRemaining = null;
+  }
+
   /** D1, B7, {@code delayed_behind_conversation}: waits behind its endpoint's delayed message, unmatched. */
   static Decision delayedBehind(Message m) {
     Decision d = new Decision(Decision.DELAYED, routingScope(m));
