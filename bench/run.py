@@ -285,7 +285,8 @@ def render(
         "decision's code; it is not in the aims (`bench/latency.py`).",
         "",
         f"Route change: the first message routed by a route written while the router runs left "
-        f"{change.propagation_ms:,} ms after the route's record was written"
+        f"{change.propagation_ms:,} ms after the route's record was written; the micro-batch that "
+        f"decided it began {change.decided_ms:,} ms after the write (its `decided_at`)"
         + (
             f" (the first change after the router started: {timing.first_change.propagation_ms:,} ms)."
             if timing.first_change

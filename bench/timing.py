@@ -70,11 +70,18 @@ class RouteChange:
     first_routed_at_ms: int
     sent: int
     """Messages to the route's service produced in all (before and after the write)."""
+    first_decided_at_ms: int = 0
+    """The earliest `decided_at` of the records routed by it: the micro-batch that first used it."""
 
     @property
     def propagation_ms(self) -> int:
         """The first routed record's timestamp minus the route record's."""
         return self.first_routed_at_ms - self.written_at_ms
+
+    @property
+    def decided_ms(self) -> int:
+        """The first decision by the route (its micro-batch's time) minus the route record's timestamp."""
+        return self.first_decided_at_ms - self.written_at_ms
 
 
 @dataclass(frozen=True)
@@ -193,8 +200,10 @@ def route_propagation(
         wait_until(
             lambda: routed_by(bootstrap, destination, route.name), router, "record routed by it", timeout
         )
-    first = min(r.timestamp()[1] for r in routed_by(bootstrap, destination, route.name))
-    return RouteChange(route.name, written, first, sent[0])
+    routed = list(routed_by(bootstrap, destination, route.name))
+    first = min(r.timestamp()[1] for r in routed)
+    decided = min(due_ms(r, "decided_at") for r in routed)
+    return RouteChange(route.name, written, first, sent[0], decided)
 
 
 def delayed_records(bootstrap: str, prefix: str, instance: str, ids: set[str]) -> dict[str, list[Message]]:
@@ -326,7 +335,8 @@ def main() -> None:
         print(f"first route change after the start: {run.first_change.propagation_ms:,} ms")
     print(
         f"route change: first record routed by {change.route} {change.propagation_ms:,} ms after "
-        f"the route was written ({change.sent:,} messages sent to its service)"
+        f"the route was written, decided {change.decided_ms:,} ms after it ({change.sent:,} messages "
+        "sent to its service)"
     )
     print(
         f"delayed retry (retry_s {retry.retry_s:g}): {retry.retried} retries; retry minus due_at ms, "

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import Row, SparkSession
+import pyarrow as pa
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BooleanType,
     DoubleType,
@@ -22,7 +25,10 @@ from pyspark.sql.types import (
 
 from streaming.rules.batch import BatchResult, RoutingBatch
 from streaming.rules.model import Decision, Outcome, Reason
-from streaming.spark.decision import DecisionInputs, build_snapshot, decide, in_batch_order, local_frame
+from streaming.spark.decision import DecisionInputs, build_snapshot, decide, in_batch_order
+
+LITERAL_ROWS = 16
+"""local_frame writes up to this many rows into the plan as literals; more go over as Arrow."""
 
 MESSAGE_SCHEMA = StructType(
     [
@@ -163,3 +169,28 @@ def _to_decision(row: Row, batch: RoutingBatch) -> Decision:
         hops_remaining=row["d_hops_remaining"],
         scope=row["d_scope"],
     )
+
+
+def local_frame(spark: SparkSession, rows: Sequence[Sequence[object]], schema: StructType | str) -> DataFrame:
+    """A driver-side table that the JVM evaluates alone.
+
+    `spark.createDataFrame` on a Python list goes through Python workers on every use. Up to
+    LITERAL_ROWS rows are written into the plan as literals; more are handed over once as an Arrow
+    table, which the JVM holds and reads without a Python worker.
+    """
+    parsed = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
+    if not isinstance(parsed, StructType):
+        raise TypeError(f"expected a struct schema, got {schema!r}")
+    struct = parsed
+    if not rows:
+        return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in struct.fields])
+    if len(rows) > LITERAL_ROWS:
+        arrow_schema = to_arrow_schema(struct)
+        columns = [list(c) for c in zip(*rows, strict=True)]
+        arrays = [pa.array(c, type=f.type) for c, f in zip(columns, arrow_schema, strict=True)]
+        return spark.createDataFrame(pa.Table.from_arrays(arrays, schema=arrow_schema))
+    values = [
+        F.struct(*[F.lit(v).cast(f.dataType).alias(f.name) for v, f in zip(row, struct.fields, strict=True)])
+        for row in rows
+    ]
+    return spark.range(1).select(F.inline(F.array(*values)))

@@ -29,11 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
 
 from streaming.errors import RouterError
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, Instance, MirrorRole, Route, normalize_address
@@ -66,10 +62,6 @@ DECISION_COLUMNS = (
 choice, "again" when it kept another (its route is gone), else null; `d_topic` is the topic the
 message goes to when the snapshot was built with `TopicNaming`, else null; `d_snapshot` is the
 version of the snapshot it was decided with."""
-
-LITERAL_ROWS = 16
-"""local_frame writes up to this many rows into the plan as literals; more go over as Arrow."""
-
 
 @dataclass(frozen=True)
 class SnapshotFlags:
@@ -252,28 +244,3 @@ def _jvm(spark: SparkSession) -> Any:
     if jvm is None:
         raise RouterError("the routing decision needs a classic SparkSession (a JVM), not Spark Connect")
     return jvm
-
-
-def local_frame(spark: SparkSession, rows: Sequence[Sequence[object]], schema: StructType | str) -> DataFrame:
-    """A driver-side table that the JVM evaluates alone.
-
-    `spark.createDataFrame` on a Python list goes through Python workers on every use. Up to
-    LITERAL_ROWS rows are written into the plan as literals; more are handed over once as an Arrow
-    table, which the JVM holds and reads without a Python worker.
-    """
-    parsed = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
-    if not isinstance(parsed, StructType):
-        raise TypeError(f"expected a struct schema, got {schema!r}")
-    struct = parsed
-    if not rows:
-        return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in struct.fields])
-    if len(rows) > LITERAL_ROWS:
-        arrow_schema = to_arrow_schema(struct)
-        columns = [list(c) for c in zip(*rows, strict=True)]
-        arrays = [pa.array(c, type=f.type) for c, f in zip(columns, arrow_schema, strict=True)]
-        return spark.createDataFrame(pa.Table.from_arrays(arrays, schema=arrow_schema))
-    values = [
-        F.struct(*[F.lit(v).cast(f.dataType).alias(f.name) for v, f in zip(row, struct.fields, strict=True)])
-        for row in rows
-    ]
-    return spark.range(1).select(F.inline(F.array(*values)))
