@@ -10,6 +10,7 @@ against the scenario's `expect` with the same evaluator as the engine tests.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -58,13 +59,19 @@ CASES = (
     "ex7d-forward-all-services",
 )
 FILES = [EXAMPLES / f"{name}.yaml" for name in CASES]
+REPLAY_RETRY_S = 600.0
 HEADER_FIELDS = ("outcome", "database", "address", "route", "match_step", "choice_step", "reason")
 
 
 def produce_scenario(bootstrap: str, prefix: str, path: Path) -> None:
     scenario = load_scenario(path)
     instance = scenario.instance
-    publish_catalogs(bootstrap, [instance], topics.catalogs_topic(prefix))
+    # D2 releases a delayed message retry_s after its decision; on a slow machine the replay can
+    # outlast the scenario's 5 s and decide it a second time. What is checked here is each
+    # message's first decision, so the catalog waits longer than any replay (the release has
+    # tests of its own).
+    waiting = dataclasses.replace(instance, retry_s=REPLAY_RETRY_S)
+    publish_catalogs(bootstrap, [waiting], topics.catalogs_topic(prefix))
     for route in scenario.routes:
         put_route(bootstrap, instance.name, route, topics.routes_topic(prefix))
     if scenario.mirrors:

@@ -498,3 +498,50 @@ def test_one_query_routes_several_instances_each_by_its_own_tables(spark, kafka_
     dead = read_all(kafka_bootstrap, topics.deadletter_topic("i2", prefix))
     assert [h["error"] for h, _ in dead] == ["origin_database is not a database of this instance: NotPartsDb"]
     assert read_all(kafka_bootstrap, topics.deadletter_topic("i1", prefix)) == []
+
+
+def test_a_forwarder_holds_at_most_its_forward_size_in_flight(spark, kafka_bootstrap, prefix, tmp_path):
+    """F5: what one micro-batch forwards is in flight together and stays within forward_size_mb (1 MB
+    here): of four 300,000-byte messages, those that would push it over are discarded with
+    forward_buffer_full; the next batch has the whole budget again."""
+    forwarder = Instance(
+        "f1",
+        "TCP://f1:4022",
+        (Database("msdb", "0f0f0f0f-0000-0000-0000-000000000001", True, ()),),
+        forwarding=True,
+        forward_size_mb=1,
+    )
+    publish_catalogs(kafka_bootstrap, [I1, I2, forwarder], topics.catalogs_topic(prefix))
+    onward = Route("msdb", "Onward", "TCP://next:4022", service="FarService")
+    put_route(kafka_bootstrap, "f1", onward, topics.routes_topic(prefix))
+    inbound = topics.inbound_topic("f1", prefix)
+
+    def big(conversation: str, n: int) -> bytes:
+        record = new_message_record(
+            message_id=f"{conversation}:{n}",
+            conversation_id=conversation,
+            sequence_number=n,
+            to_service="FarService",
+            from_service="InitiatorService",
+            origin_database=None,
+            enqueued_at=datetime.now(timezone.utc),
+            body=b"x" * 300_000,
+        )
+        return encode_message(record)
+
+    produce(kafka_bootstrap, inbound, [(f"b{n}", big(f"b{n}", n)) for n in range(4)])
+    replay(spark, kafka_bootstrap, prefix, tmp_path, instance="f1")
+    network = topics.network_topic(normalize_address("TCP://next:4022"), prefix)
+    forwarded = read_all(kafka_bootstrap, network)
+    dropped = read_all(kafka_bootstrap, topics.dropped_topic("f1", prefix))
+    assert {h["outcome"] for h, _ in forwarded} == {"forward"}
+    assert 1 <= len(forwarded) <= 3 and len(forwarded) + len(dropped) == 4
+    assert sum(len(decode_message(v)["body"]) for _, v in forwarded) <= 1_048_576
+    assert [(h["outcome"], h["reason"], h["route"]) for h, _ in dropped] == [
+        ("discarded", "forward_buffer_full", "Onward")
+    ] * len(dropped)
+
+    produce(kafka_bootstrap, inbound, [("b9", big("b9", 9))])
+    replay(spark, kafka_bootstrap, prefix, tmp_path, instance="f1")
+    again = read_all(kafka_bootstrap, network)
+    assert [decode_message(v)["message_id"] for _, v in again[len(forwarded) :]] == ["b9:9"]
