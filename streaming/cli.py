@@ -9,7 +9,19 @@ import sys
 from streaming.errors import RouterError
 
 # Each module exposes `register(subparsers)`, which adds its sub-command and sets `func`.
-COMMANDS = ("kafka", "routes", "catalogs", "mirrors", "send", "tail", "run", "replay", "resolve", "demo")
+COMMANDS = (
+    "kafka",
+    "routes",
+    "catalogs",
+    "mirrors",
+    "send",
+    "tail",
+    "run",
+    "replay",
+    "resolve",
+    "directory",
+    "demo",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -56,8 +56,8 @@ class BatchMetrics:
     dead_lettered: int = 0
     released: int = 0
     outcomes: Mapping[str, int] = field(default_factory=dict)
-    requests: frozenset[tuple[str, str, str]] = frozenset()
-    """(instance, scope, service) of each MissingRoute request the batch made (B3)."""
+    requests: frozenset[tuple[str, str, str, str]] = frozenset()
+    """(instance, scope, service, request id) of each MissingRoute request the batch made (B3)."""
     unavailable: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -74,7 +74,7 @@ class BatchMetrics:
             dead_lettered=int(values.get("dead_lettered") or 0),
             released=int(values.get("released") or 0),
             outcomes={o: int(values.get(o) or 0) for o in outcomes},
-            requests=frozenset((r[0], r[1], r[2]) for r in values.get("requests") or ()),
+            requests=frozenset((r[0], r[1], r[2], r[3]) for r in values.get("requests") or ()),
             unavailable={r[0]: r[1] for r in values.get("unavailable") or ()},
         )
 

@@ -63,6 +63,7 @@ choice, "again" when it kept another (its route is gone), else null; `d_topic` i
 message goes to when the snapshot was built with `TopicNaming`, else null; `d_snapshot` is the
 version of the snapshot it was decided with."""
 
+
 @dataclass(frozen=True)
 class SnapshotFlags:
     """What the snapshot's routes imply for the shape of a batch and for how long it holds."""

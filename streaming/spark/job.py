@@ -311,6 +311,7 @@ class RouterJob:
     def close(self) -> None:
         """Close the job's Kafka readers (the query is stopped by `run` and `replay`)."""
         self.snapshots.close()
+        self.requests.close()
 
     def waiting(self) -> list[int]:
         """When each delayed message in the state store was delayed (epoch ms), as of the last batch."""
@@ -344,6 +345,8 @@ class RouterJob:
             # B6, B7: a request ends once a route naming its service appears in its scope.
             self.requests.end_answered(self.snapshots.routes.instance_routes, now_ms)
             self._answered_at = snapshot
+        if snapshot.has_bcn:
+            self.requests.end_dialogs(now_ms)  # B6, B7: ended by the dynamic routing service
         planned = time.monotonic()
         plan = self._plan_for(snapshot, batch)
         built = time.monotonic()

@@ -197,10 +197,17 @@ def output_records(decided: DataFrame, d: Destinations) -> DataFrame:
         asks, _record(_request_key(), _request_value(), t.topic_for(topics.requests_topic), headers([]))
     )
     records = F.array(F.when(good, message).otherwise(dead_letter), choice, request_message, request_record)
-    # B3: the request message's id: the asking message's id and the batch's time.
-    new_id = F.concat_ws("-", F.lit("missing-route"), F.col("id"), F.col("batch_ms").cast("string"))
-    with_id = decided.withColumn("_request_id", F.when(asks, new_id))
+    with_id = decided.withColumn("_request_id", F.when(asks, missing_route_id()))
     return with_id.select(F.inline(records)).where(F.col("topic").isNotNull())
+
+
+def missing_route_id() -> Column:
+    """B3: the id of a MissingRoute request's message and dialog.
+
+    The asking message's id and the batch's time. The dynamic routing service ends the request by
+    naming it (`streaming.directory`).
+    """
+    return F.concat_ws("-", F.lit("missing-route"), F.col("id"), F.col("batch_ms").cast("string"))
 
 
 def _missing_route_message(request_id: Column) -> Column:
@@ -251,6 +258,7 @@ def _request_value() -> Column:
             F.col("d_scope").alias("scope"),
             F.col("requests").alias("service"),
             F.lit(True).alias("asked"),
+            F.col("_request_id").alias("request_id"),
         )
     )
 
@@ -268,7 +276,10 @@ def batch_metrics(decided: DataFrame) -> list[Column]:
             for o in ("deliver", "send", "forward", "delayed", "dropped", "discarded")
         ],
         F.collect_set(
-            F.when(good & F.col("requests").isNotNull(), F.struct("instance", "d_scope", "requests"))
+            F.when(
+                good & F.col("requests").isNotNull(),
+                F.struct("instance", "d_scope", "requests", missing_route_id()),
+            )
         ).alias("requests"),
         F.collect_set(F.when(F.col("_unavailable").isNotNull(), F.struct("_dest", "_unavailable"))).alias(
             "unavailable"

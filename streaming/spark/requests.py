@@ -4,10 +4,16 @@ Each instance the query routes has its own requests (and its own requests topic)
 
 A handful of requests can be outstanding at once, so they live on the driver, with the rules of
 `streaming.rules.memory.Requests`, and on the instance's compacted requests topic (key: instance,
-scope and service; a JSON value saying whether a request is outstanding): the job reads the topic
-when it starts, learns the requests a batch makes from that batch's observed metrics (the batch
-itself writes their records, in its one Kafka write), and ends a request (B6, B7) when a route
-naming its service appears in its scope, writing an `asked: false` record.
+scope and service; a JSON value saying whether a request is outstanding, and the id of its
+MissingRoute dialog): the job reads the topic when it starts, learns the requests a batch makes
+from that batch's observed metrics (the batch itself writes their records, in its one Kafka write),
+and ends a request (B6, B7) in either of two ways:
+
+* a route naming its service appears in its scope: the job writes an `asked: false` record;
+* the dynamic routing service ends the request's dialog (`streaming.directory`), with a route
+  created or with an error: it writes the `asked: false` record, naming the dialog it ends, and
+  the job, which keeps reading the topic, takes it before its next micro-batch. An end naming an
+  older dialog than the one outstanding is ignored.
 
 A batch that asked and was then repeated after a crash may ask once more: the request records it
 wrote are read at the next start, the MissingRoute message may be sent twice (at least once).
@@ -15,10 +21,8 @@ wrote are read at the next start, the MissingRoute message may be sent twice (at
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from streaming import topics
 from streaming.config import Settings
@@ -26,51 +30,10 @@ from streaming.rules.memory import Requests
 from streaming.rules.model import Route
 from streaming.spark.sources import Topology
 from streaming.tables.reader import TableReader
+from streaming.tables.records import InstanceRequest, RequestRecord, RequestRecords
 from streaming.tables.topic_io import produce_records
-from streaming.tables.validate import RECORD, fail
 
 log = logging.getLogger("streaming.requests")
-
-
-@dataclass(frozen=True)
-class RequestRecord:
-    """One record of the requests topic: a request of `instance`'s table `scope` for `service`."""
-
-    instance: str
-    scope: str
-    service: str
-    asked: bool
-
-    def key(self) -> bytes:
-        """instance, scope and service joined by NUL: one key per request (the topic is compacted)."""
-        return "\u0000".join((self.instance, self.scope, self.service)).encode("utf-8")
-
-    def value(self) -> bytes:
-        """The JSON value (`streaming.spark.output` writes the same for a request a batch makes)."""
-        fields = {"instance": self.instance, "scope": self.scope, "service": self.service}
-        return json.dumps({**fields, "asked": self.asked}).encode("utf-8")
-
-
-class _RequestRecords:
-    """The requests topic's records, for `TableReader`."""
-
-    what = "MissingRoute request"
-
-    def row_key(self, key: str) -> str:
-        return key
-
-    def row_value(self, key: str, value: bytes) -> RequestRecord:
-        try:
-            f = json.loads(value)
-            record = RequestRecord(f["instance"], f["scope"], f["service"], bool(f["asked"]))
-        except (ValueError, KeyError, TypeError):
-            expected = "expected JSON with instance, scope, service and asked"
-            fail(RECORD, "request", f"{expected}, got {value[:80]!r}")
-        return record
-
-
-InstanceRequest = tuple[str, str, str]
-"""A request of one instance's table: (instance, scope, service)."""
 
 
 class OutstandingRequests:
@@ -80,13 +43,25 @@ class OutstandingRequests:
         self.settings = settings
         self.topology = topology
         self.memory: dict[str, Requests] = {i.name: Requests() for i in topology.instances}
-        for topic in topology.requests:
-            with TableReader(settings.kafka, topic, _RequestRecords()) as reader:
-                reader.read_to_end()
-                for row in reader.values():
-                    if row.instance in self.memory:
-                        held = self.memory[row.instance]
-                        self.memory[row.instance] = held.record((row.scope, row.service), row.asked, 0)
+        self.dialogs: dict[InstanceRequest, str] = {}
+        """The MissingRoute dialog of each outstanding request, where its record names it."""
+        self._readers = [
+            TableReader(settings.kafka, topics.requests_topic(i.name, topology.prefix), RequestRecords())
+            for i in topology.instances
+        ]
+        for reader in self._readers:
+            reader.read_to_end()
+            for row in reader.values():
+                if row.instance in self.memory:
+                    held = self.memory[row.instance]
+                    self.memory[row.instance] = held.record((row.scope, row.service), row.asked, 0)
+                    if row.asked and row.request_id is not None:
+                        self.dialogs[row.request] = row.request_id
+
+    def close(self) -> None:
+        """Stop reading the requests topics."""
+        for reader in self._readers:
+            reader.close()
 
     @property
     def pending(self) -> frozenset[InstanceRequest]:
@@ -95,13 +70,42 @@ class OutstandingRequests:
             (name, scope, service) for name, m in self.memory.items() for scope, service in m.pending
         )
 
-    def asked(self, requests: Iterable[InstanceRequest], at_ms: int) -> bool:
-        """A batch made these requests (its records are written); return whether any is new."""
+    def asked(self, requests: Iterable[tuple[str, str, str, str]], at_ms: int) -> bool:
+        """A batch made these requests and wrote their records; return whether any is new.
+
+        Each is (instance, scope, service, the id of its MissingRoute dialog).
+        """
         before = self.pending
-        for instance, scope, service in requests:
+        for instance, scope, service, dialog in requests:
             if instance in self.memory:
                 self.memory[instance] = self.memory[instance].record((scope, service), True, at_ms)
+                self.dialogs[(instance, scope, service)] = dialog
         return self.pending != before
+
+    def end_dialogs(self, at_ms: int) -> list[InstanceRequest]:
+        """B6, B7: end the requests whose dialog the dynamic routing service ended since the last call.
+
+        Its `asked: false` records name the dialog they end; one naming an earlier dialog than the
+        one outstanding is ignored. No call to the broker: the reader takes what it has fetched.
+        """
+        ended: list[InstanceRequest] = []
+        for reader in self._readers:
+            if not reader.poll():
+                continue
+            for row in reader.values():
+                request = row.request
+                if row.asked or row.request_id is None or row.instance not in self.memory:
+                    continue  # the router's own records: applied when it wrote them
+                if (row.scope, row.service) not in self.memory[row.instance].pending:
+                    continue
+                if self.dialogs.get(request, row.request_id) != row.request_id:
+                    continue  # the end of an earlier dialog for the same service
+                held = self.memory[row.instance]
+                self.memory[row.instance] = held.record((row.scope, row.service), False, at_ms)
+                self.dialogs.pop(request, None)
+                ended.append(request)
+                log.info("MissingRoute request %s ended by the routing service: %s", request, row.answer)
+        return ended
 
     def end_answered(self, routes: Iterable[tuple[str, Route]], at_ms: int) -> list[InstanceRequest]:
         """B6, B7: end the requests a route of their instance's table now answers; write their records."""
@@ -121,6 +125,7 @@ class OutstandingRequests:
             )
             for request in found:
                 memory = memory.record(request, False, at_ms)
+                self.dialogs.pop((name, *request), None)
             self.memory[name] = memory
             answered += [(name, scope, service) for scope, service in found]
         if answered:

@@ -8,6 +8,7 @@ does not decode). It does no I/O: `streaming.tables.reader` reads the records an
     routes topic    key `instance/scope/name` value Avro router.v1.Route; null = dropped
     catalogs topic  key the instance name     value Avro router.v1.Catalog
     mirrors topic   key a partner's address   value the role as text: principal|mirror|unreachable
+    requests topic  key `instance NUL scope NUL service`  value JSON: a MissingRoute request (B4)
 
 A value is checked with the loaders' own checks (`streaming.tables.validate`), so the topic holds
 no route or catalog that a route or catalog file could not have published, whoever wrote it. The
@@ -19,7 +20,9 @@ this table and no error either.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from streaming.kafka.avro import decoder, record_to_instance, record_to_route
@@ -177,3 +180,61 @@ class RawRecords:
     def row_value(self, key: str, value: bytes) -> bytes:
         """Return the value's bytes as they are."""
         return value
+
+
+InstanceRequest = tuple[str, str, str]
+"""A request of one instance's table: (instance, scope, service)."""
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One record of the requests topic: a request of `instance`'s table `scope` for `service`."""
+
+    instance: str
+    scope: str
+    service: str
+    asked: bool
+    request_id: str | None = None
+    """The MissingRoute dialog (its conversation id): set when asked, and by the directory's end."""
+    answer: str | None = None
+    """How the dynamic routing service ended the dialog: `route`, or its error (for people)."""
+
+    @property
+    def request(self) -> InstanceRequest:
+        """(instance, scope, service)."""
+        return (self.instance, self.scope, self.service)
+
+    def key(self) -> bytes:
+        """instance, scope and service joined by NUL: one key per request (the topic is compacted)."""
+        return "\u0000".join(self.request).encode("utf-8")
+
+    def value(self) -> bytes:
+        """The JSON value (`streaming.spark.output` writes the same for a request a batch makes)."""
+        fields: dict[str, object] = {"instance": self.instance, "scope": self.scope, "service": self.service}
+        fields["asked"] = self.asked
+        if self.request_id is not None:
+            fields["request_id"] = self.request_id
+        if self.answer is not None:
+            fields["answer"] = self.answer
+        return json.dumps(fields).encode("utf-8")
+
+
+class RequestRecords:
+    """The requests topic: a MissingRoute request's record, keyed by instance, scope and service."""
+
+    what = "MissingRoute request"
+
+    def row_key(self, key: str) -> str:
+        """Return the key as it is."""
+        return key
+
+    def row_value(self, key: str, value: bytes) -> RequestRecord:
+        """Return the request a JSON value describes."""
+        try:
+            f = json.loads(value)
+            fields = (f["instance"], f["scope"], f["service"], bool(f["asked"]))
+            record = RequestRecord(*fields, f.get("request_id"), f.get("answer"))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            expected = "expected JSON with instance, scope, service and asked"
+            fail(RECORD, "request", f"{expected}, got {value[:80]!r}")
+        return record

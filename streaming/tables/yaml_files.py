@@ -155,7 +155,7 @@ def read_text(path: Path) -> str:
         raise ConfigError(f"{path}: cannot read: {exc}") from exc
 
 
-def _entries(document: Any, file: str, key: str, what: str) -> list[tuple[Any, Source]]:
+def top_level_entries(document: Any, file: str, key: str, what: str) -> list[tuple[Any, Source]]:
     """Return the items of a top-level list (or of the mapping `{key: list}`) with their sources."""
     if isinstance(document, dict) and set(document) == {key}:
         document = document[key]
@@ -177,7 +177,8 @@ def _kind(value: object) -> str:
     return repr(value)
 
 
-def _mapping(entry: object, source: Source, subject: str) -> LineDict:
+def entry_mapping(entry: object, source: Source, subject: str) -> LineDict:
+    """Return a file entry that must be a mapping; anything else is a ConfigError naming `source`."""
     if not isinstance(entry, LineDict):
         fail(source, subject, f"expected a mapping, got {_kind(entry)}")
     return entry
@@ -200,7 +201,7 @@ def parse_route_yaml(
         where = Source(file, document.line_of("instance"))
         file_instance = check_instance_name(document["instance"], where, "file", "instance")
         document = document["routes"]
-    entries = _entries(document, file, "routes", "routes")
+    entries = top_level_entries(document, file, "routes", "routes")
     return [
         route_entry_operation(
             entry, source, index, now=now, default_scope=default_scope, default_instance=file_instance
@@ -228,7 +229,7 @@ def route_entry_operation(
     Its instance is the entry's `instance`, else `default_instance`, else None (left to the caller).
     """
     line = entry.line if isinstance(entry, LineDict) else None
-    mapping = _mapping(entry, base.at(line), f"route #{index}")
+    mapping = entry_mapping(entry, base.at(line), f"route #{index}")
     source = base.at(mapping.line)
     raw_scope = mapping.get("scope", default_scope)
     raw_name = mapping.get("name")
@@ -343,7 +344,7 @@ def parse_catalog_yaml(text: str, file: str) -> list[LoadedInstance]:
     document = parse_yaml(text, file)
     if isinstance(document, LineDict) and "instances" not in document:
         document = [document]
-    entries = _entries(document, file, "instances", "instances")
+    entries = top_level_entries(document, file, "instances", "instances")
     return [instance_entry(entry, source, index) for index, (entry, source) in enumerate(entries, start=1)]
 
 
@@ -355,7 +356,7 @@ def load_catalog_yaml(path: Path) -> list[LoadedInstance]:
 def instance_entry(entry: object, base: Source, index: int) -> LoadedInstance:
     """Return the instance of one catalog entry (a mapping of `INSTANCE_FIELDS`)."""
     line = entry.line if isinstance(entry, LineDict) else None
-    mapping = _mapping(entry, base.at(line), f"instance #{index}")
+    mapping = entry_mapping(entry, base.at(line), f"instance #{index}")
     source = base.at(mapping.line)
     raw_name = mapping.get("name")
     subject = f"instance {raw_name if isinstance(raw_name, str) else f'#{index}'}"
@@ -401,7 +402,7 @@ def instance_entry(entry: object, base: Source, index: int) -> LoadedInstance:
 def database_entry(raw: object, parent: Source, instance_subject: str, index: int) -> tuple[Database, Source]:
     """Return one database of a catalog entry, with the source of its mapping."""
     line = raw.line if isinstance(raw, LineDict) else None
-    mapping = _mapping(raw, parent.at(line), f"{instance_subject}, database #{index}")
+    mapping = entry_mapping(raw, parent.at(line), f"{instance_subject}, database #{index}")
     source = parent.at(mapping.line)
     raw_name = mapping.get("name")
     subject = f"{instance_subject}, database {raw_name if isinstance(raw_name, str) else f'#{index}'}"

@@ -6,8 +6,10 @@ Each test has its own topic prefix, so its routes, catalogs and message topics a
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,6 +19,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from streaming import topics
 from streaming.config import load_settings
+from streaming.directory import Answer, DirectoryService, parse_directory
 from streaming.kafka.admin import end_offsets, ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, Database, Instance, Route, normalize_address
@@ -344,9 +347,9 @@ def test_a_missing_route_is_asked_for_once_until_a_route_for_it_appears(
     assert (delayed[0][0]["match_step"], asks[0]) == ("M4", "Remote")
     assert len(asks) >= 2 and all(a is None for a in asks[1:]), asks
     asked = read_all(kafka_bootstrap, topics.requests_topic("i1", prefix))
-    assert [json.loads(v or b"") for _, v in asked] == [
-        {"instance": "i1", "scope": "AW", "service": "Remote", "asked": True}
-    ]
+    [request] = [json.loads(v or b"") for _, v in asked]
+    dialog = request.pop("request_id")  # the MissingRoute dialog, which the directory names to end it
+    assert request == {"instance": "i1", "scope": "AW", "service": "Remote", "asked": True}
     assert len(read_all(kafka_bootstrap, outbound)) == 3  # c1, c2 and the MissingRoute request
 
     # A restart: the request is still outstanding (the requests topic), so c3 asks nothing (B4).
@@ -360,6 +363,7 @@ def test_a_missing_route_is_asked_for_once_until_a_route_for_it_appears(
     notices = read_all(kafka_bootstrap, topics.queue_topic("i1", "AW", BROKER_CONFIGURATION_SERVICE, prefix))
     assert len(notices) == 1
     assert b"<SERVICE_NAME>Remote</SERVICE_NAME>" in decode_message(notices[0][1])["body"]
+    assert decode_message(notices[0][1])["conversation_id"] == dialog
 
     # The directory answers with a route (B6): the request ends, the conversations leave (B7, D3).
     put_route(kafka_bootstrap, "i1", Route("AW", "RemoteRoute", "TCP://i2:4022", service="Remote"), routes)
@@ -371,6 +375,84 @@ def test_a_missing_route_is_asked_for_once_until_a_route_for_it_appears(
     ended = read_all(kafka_bootstrap, topics.requests_topic("i1", prefix))
     assert [json.loads(v or b"")["asked"] for _, v in ended] == [True, False]
     assert len(read_all(kafka_bootstrap, outbound)) == 4
+
+
+def test_the_directory_answers_missing_routes_while_the_router_runs(spark, kafka_bootstrap, prefix, tmp_path):
+    """B1-B9 with the dynamic routing service (`streaming.directory`) and the router both running.
+
+    Remote is in the directory: the service creates its route and ends the request, and c1's three
+    messages, delayed meanwhile (M4, D1), reach i2 in their order at their retry (B7, D2). Nowhere
+    is not: the request ends with an error, c2 stays delayed, and its retries ask again (B7).
+    """
+    aw = Database("AW", AW.broker_instance, True, (*AW.services, BROKER_CONFIGURATION_SERVICE))
+    i1 = Instance("i1", I1.address, (aw, MSDB), retry_s=2.0)
+    publish_catalogs(kafka_bootstrap, [i1, I2], topics.catalogs_topic(prefix))
+    routes = topics.routes_topic(prefix)
+    put_route(
+        kafka_bootstrap, "i1", Route("AW", "Directory", "LOCAL", service=BROKER_CONFIGURATION_SERVICE), routes
+    )
+    directory = parse_directory(
+        'services:\n  - {service: Remote, address: "TCP://i2:4022"}\n', "directory.yaml"
+    )
+    answers: list[Answer] = []
+    service = DirectoryService(kafka_bootstrap, i1, directory, prefix=prefix, on_answer=answers.append)
+    settings = load_settings(
+        None,
+        instance="i1",
+        bootstrap=kafka_bootstrap,
+        topic_prefix=prefix,
+        checkpoint_dir=str(tmp_path / "i1"),
+    )
+    job = RouterJob(spark, settings)
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def running(target: Callable[[threading.Event], object]) -> threading.Thread:
+        def body() -> None:
+            try:
+                target(stop)
+            except BaseException as error:  # reported by the test below
+                failures.append(error)
+
+        thread = threading.Thread(target=body, daemon=True)
+        thread.start()
+        return thread
+
+    threads = [running(service.serve), running(job.run)]
+    produce(
+        kafka_bootstrap,
+        topics.outbound_topic("i1", prefix),
+        [("c1", message("c1", "Remote", n)) for n in range(3)] + [("c2", message("c2", "Nowhere"))],
+    )
+    inbound = topics.inbound_topic("i2", prefix)
+    ensure_topics(kafka_bootstrap, [inbound])
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline and not failures:
+            refused = [a for a in answers if a.service == "Nowhere"]
+            if len(read_all(kafka_bootstrap, inbound)) >= 3 and len(refused) >= 2:
+                break
+            time.sleep(1.0)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(120)
+        job.close()
+    assert failures == []
+    sent = [decode_message(v)["message_id"] for _, v in read_all(kafka_bootstrap, inbound)]
+    assert sent == ["c1:0", "c1:1", "c1:2"]
+    created = [a for a in answers if a.service == "Remote"]
+    assert created and all(a.route is not None and a.route.name == "directory:Remote" for a in created)
+    assert "i1/AW/directory:Remote" in read_routes(kafka_bootstrap, routes).table
+    refused = [a for a in answers if a.service == "Nowhere"]
+    assert len(refused) >= 2 and all(a.route is None for a in refused)
+    assert len({a.request_id for a in refused}) == len(refused)  # each retry asked anew (B7)
+    delayed = [
+        decode_message(v)["message_id"]
+        for _, v in read_all(kafka_bootstrap, topics.delayed_topic("i1", prefix))
+    ]
+    assert delayed.count("c2:0") >= 2  # delayed, retried, delayed again
+    assert {"c1:0", "c1:1", "c1:2"} <= set(delayed)
 
 
 def test_a_destination_the_broker_refuses_costs_only_its_own_messages(

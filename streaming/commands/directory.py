@@ -1,0 +1,107 @@
+"""`router directory`: the dynamic routing service, answering MissingRoute requests from a file.
+
+    router directory check routes/directory.yaml
+    router directory serve routes/directory.yaml --instance i1
+
+`serve` reads the BrokerConfiguration service's queue of each database of the instance that hosts
+`SQL/ServiceBroker/BrokerConfiguration` (the catalog says which), and answers every MissingRoute
+request the router sends there (spec B6): for a service the file lists, it creates the route in
+the table that asked and ends the request; for any other, it ends the request with an error. The
+router routes the waiting conversations again at their next retry. One line per answer; Ctrl-C
+or SIGTERM stops it. See `streaming/directory.py` for the file's format.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from streaming.commands.common import add_kafka_arguments, add_prefix_argument, kafka_from
+from streaming.errors import ConfigError
+
+
+def register(subparsers: Any) -> None:
+    """Add `directory` with its `check` and `serve` sub-commands."""
+    parser = subparsers.add_parser(
+        "directory",
+        help="run the dynamic routing service that answers MissingRoute requests (B1-B9)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="directory_command", metavar="ACTION", required=True)
+
+    check = sub.add_parser("check", help="check a directory file and list the services it knows")
+    check.add_argument("file", metavar="FILE", type=Path, help="the directory YAML")
+    check.set_defaults(func=run_check)
+
+    serve = sub.add_parser(
+        "serve", help="answer the instance's MissingRoute requests from a directory file until stopped"
+    )
+    serve.add_argument("file", metavar="FILE", type=Path, help="the directory YAML")
+    serve.add_argument("--instance", required=True, help="the instance whose requests to answer")
+    serve.add_argument(
+        "--group", help="the consumer group that keeps its place (default router-directory-INSTANCE)"
+    )
+    add_kafka_arguments(serve)
+    add_prefix_argument(serve)
+    serve.set_defaults(func=run_serve)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Parse the file; print each service with the route it would get."""
+    from streaming.directory import load_directory
+
+    directory = load_directory(args.file)
+    for service, listing in sorted(directory.listings.items()):
+        route = listing.route
+        extra = "" if route.broker_instance is None else f" broker_instance {route.broker_instance}"
+        lifetime = "" if listing.lifetime_s is None else f" for {listing.lifetime_s:g} s"
+        print(f"{service}: {route.address}{extra}{lifetime}")
+    print(f"{args.file}: {len(directory.listings)} service(s)")
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Answer requests until Ctrl-C or SIGTERM."""
+    from streaming import topics
+    from streaming.directory import DirectoryService, load_directory
+    from streaming.tables.topic_io import read_catalogs
+
+    directory = load_directory(args.file)
+    kafka = kafka_from(args)
+    instances, _ = read_catalogs(kafka, topics.catalogs_topic(args.topic_prefix))
+    found = [i for i in instances if i.name == args.instance]
+    if not found:
+        known = ", ".join(i.name for i in instances) or "none"
+        raise ConfigError(
+            f"instance {args.instance} has no catalog on {topics.catalogs_topic(args.topic_prefix)} "
+            f"(catalogs: {known}); publish it with `router catalogs load`"
+        )
+    service = DirectoryService(
+        kafka,
+        found[0],
+        directory,
+        prefix=args.topic_prefix,
+        group=args.group,
+        on_answer=lambda answer: print(answer.line(), flush=True),
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        print(f"{signal.Signals(signum).name}: stopping", flush=True)
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    print(
+        f"answering MissingRoute requests on {', '.join(service.queues)} "
+        f"from {args.file} ({len(directory.listings)} service(s)); Ctrl-C stops",
+        flush=True,
+    )
+    answered = service.serve(stop)
+    print(f"{answered} request(s) answered", flush=True)
+    return 0

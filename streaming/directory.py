@@ -1,0 +1,306 @@
+"""The dynamic routing service (spec §1.10, B1-B9): MissingRoute requests answered from a directory.
+
+When a database routes a message to a service it has no route for, and its table holds a route to
+`SQL/ServiceBroker/BrokerConfiguration` (B1), the router delays the conversation and sends one
+MissingRoute message per (table, service) to that service (M4, B2-B4). `DirectoryService` is the
+service: it reads the BrokerConfiguration service's queue topics of one instance and answers each
+request as B6 says:
+
+* a service the directory file lists: it creates the route in the table that asked (its scope is
+  the request's origin database; the route is named `directory:SERVICE`, with the address, broker
+  instance and lifetime the directory gives), then ends the request's dialog;
+* any other service: it ends the dialog with an error, and creates nothing.
+
+Ending the dialog is the `asked: false` record of the request on the instance's requests topic,
+naming the dialog (the request message's conversation id). The router ends the request then (B7):
+the waiting conversations are routed again at their next retry (D2), and if there is still no route
+they ask again. A directory file:
+
+    # where the services this directory knows live (B6)
+    services:
+      - {service: Billing, address: "TCP://billing.example:4022"}
+      - {service: Audit, broker_instance: 5fb8d92b-ed69-4c80-afbb-2aa6a7d3cb2d,
+         address: "TCP://audit.example:4022", lifetime_s: 3600}
+
+An entry has the fields of a route without scope and name: `service` (required), `address`
+(required), `broker_instance`, `mirror_address`, `lifetime_s` (counted from each answer; the route
+expires then, B8). The file is checked as a route table is, with errors naming file and line.
+
+The service commits its consumer group's offsets after each answer, so a restarted service goes on
+where it stopped; a request answered twice creates the same route and ends the same dialog again.
+The other BrokerConfigurationNotice messages (B9) are not sent by this router; one that arrives is
+logged and left unanswered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Message as KafkaMessage
+
+from streaming import topics
+from streaming.errors import ConfigError, KafkaUnavailable, MalformedRecord
+from streaming.kafka.admin import ensure_topics
+from streaming.kafka.avro import decode_message
+from streaming.kafka.connection import ClientValue, Kafka, bootstrap_of, client_config
+from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, MISSING_ROUTE_MESSAGE_TYPE, Instance, Route
+from streaming.tables.records import RequestRecord
+from streaming.tables.topic_io import produce_records, put_route
+from streaming.tables.validate import ADDRESS_MAX as SERVICE_NAME_MAX
+from streaming.tables.validate import (
+    SYSNAME_MAX,
+    check_known_fields,
+    check_seconds,
+    check_service,
+    fail,
+    route_subject,
+)
+from streaming.tables.yaml_files import (
+    LineDict,
+    entry_mapping,
+    parse_yaml,
+    read_text,
+    route_entry_operation,
+    top_level_entries,
+)
+
+log = logging.getLogger("streaming.directory")
+
+DIRECTORY_FIELDS = ("service", "address", "broker_instance", "mirror_address", "lifetime_s")
+ROUTE_NAME_PREFIX = "directory:"
+MISSING_ROUTE_NAMESPACE = (
+    "http://schemas.microsoft.com/SQL/ServiceBroker/BrokerConfigurationNotice/MissingRoute"
+)
+POLL_S = 0.5
+DIRECTORY_SCOPE = "directory"
+"""The scope a listing is checked with; each answer gives its route the scope that asked."""
+NOW_UNUSED = datetime(2000, 1, 1, tzinfo=timezone.utc)
+"""A listing has no expiry of its own: `lifetime_s` counts from each answer."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Where one service lives: the route the directory creates for it, without scope and name."""
+
+    route: Route
+    lifetime_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Directory:
+    """The services a dynamic routing service knows, by name (service names are case-sensitive)."""
+
+    listings: Mapping[str, Listing]
+
+    def route_for(self, service: str, scope: str, now: datetime) -> Route | None:
+        """B6: the route to create in table `scope` for `service`, or None when it is not listed."""
+        listing = self.listings.get(service)
+        if listing is None:
+            return None
+        expires = None if listing.lifetime_s is None else now + timedelta(seconds=listing.lifetime_s)
+        return replace(listing.route, scope=scope, name=route_name(service), expires_at=expires)
+
+
+def route_name(service: str) -> str:
+    """The name of the route the directory creates for `service`: `directory:SERVICE`.
+
+    Where that would be longer than a route name may be, the service's SHA-256 prefix stands in.
+    """
+    name = ROUTE_NAME_PREFIX + service
+    if len(name) <= SYSNAME_MAX:
+        return name
+    return ROUTE_NAME_PREFIX + "sha256-" + hashlib.sha256(service.encode("utf-8")).hexdigest()[:32]
+
+
+def parse_directory(text: str, file: str) -> Directory:
+    """Parse a directory YAML document (see the module docstring); errors name file and line."""
+    listings: dict[str, Listing] = {}
+    for index, (entry, source) in enumerate(
+        top_level_entries(parse_yaml(text, file), file, "services", "services"), 1
+    ):
+        mapping = entry_mapping(entry, source, f"directory entry #{index}")
+        where = source.at(mapping.line)
+        raw = mapping.get("service")
+        subject = f"directory entry {raw!r}" if isinstance(raw, str) else f"directory entry #{index}"
+        check_known_fields(mapping, DIRECTORY_FIELDS, where, subject)
+        if "service" not in mapping:
+            fail(where, subject, "required", "service")
+        service = check_service(raw, where.at(mapping.line_of("service")), subject)
+        if service in listings:
+            fail(where, subject, "listed twice; give each service one entry", "service")
+        lifetime = None
+        if mapping.get("lifetime_s") is not None:
+            at = where.at(mapping.line_of("lifetime_s"))
+            lifetime = check_seconds(mapping["lifetime_s"], at, subject, "lifetime_s", positive=True)
+        fields = LineDict({k: v for k, v in mapping.items() if k != "lifetime_s"})
+        fields.line, fields.key_lines = mapping.line, dict(getattr(mapping, "key_lines", {}))
+        fields.update(scope=DIRECTORY_SCOPE, name=route_name(service))
+        try:
+            operation = route_entry_operation(fields, where, index, now=NOW_UNUSED, default_scope=None)
+        except ConfigError as exc:  # say which entry of the directory, not which placeholder route
+            raise ConfigError(
+                str(exc).replace(route_subject(DIRECTORY_SCOPE, route_name(service)), subject)
+            ) from None
+        assert operation.route is not None  # a create: route_entry_operation checked every field
+        listings[service] = Listing(operation.route, lifetime)
+    return Directory(listings)
+
+
+def load_directory(path: Path) -> Directory:
+    """Read and parse a directory file (see `parse_directory`)."""
+    return parse_directory(read_text(path), str(path))
+
+
+def requested_service(body: bytes) -> str:
+    """B3: the service a MissingRoute message's XML body names; MalformedRecord when it names none."""
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError as exc:
+        raise MalformedRecord(f"the MissingRoute body is not XML: {exc}") from exc
+    element = root.find(f"{{{MISSING_ROUTE_NAMESPACE}}}SERVICE_NAME")
+    if element is None:
+        element = root.find("SERVICE_NAME")
+    service = (element.text or "") if element is not None else ""
+    if not service or len(service) > SERVICE_NAME_MAX:
+        raise MalformedRecord(f"the MissingRoute body names no service (SERVICE_NAME): {body[:120]!r}")
+    return service
+
+
+@dataclass(frozen=True)
+class Answer:
+    """How the service answered one request: the route it created, or the error it ended with."""
+
+    scope: str
+    service: str
+    request_id: str
+    route: Route | None
+    error: str | None = None
+
+    def line(self) -> str:
+        """One line for people."""
+        asked = f"{self.scope} asked for {self.service}"
+        if self.route is not None:
+            lifetime = (
+                "" if self.route.expires_at is None else f", until {self.route.expires_at:%Y-%m-%dT%H:%M:%SZ}"
+            )
+            return f"{asked}: created route {self.route.name} to {self.route.address}{lifetime}"
+        return f"{asked}: ended with an error: {self.error}"
+
+
+class DirectoryService:
+    """The dynamic routing service of one instance (see the module docstring).
+
+    `instance` is the instance's catalog: the service reads the BrokerConfiguration queue of each
+    of its databases that hosts the service. `serve(stop)` answers until `stop` is set.
+    """
+
+    def __init__(
+        self,
+        kafka: Kafka,
+        instance: Instance,
+        directory: Directory,
+        *,
+        prefix: str = topics.DEFAULT_PREFIX,
+        group: str | None = None,
+        on_answer: Callable[[Answer], None] | None = None,
+    ) -> None:
+        self.kafka = kafka
+        self.instance = instance
+        self.directory = directory
+        self.prefix = prefix
+        self.on_answer = on_answer
+        hosting = [d.name for d in instance.databases if BROKER_CONFIGURATION_SERVICE in d.services]
+        if not hosting:
+            raise ConfigError(
+                f"no database of instance {instance.name} hosts {BROKER_CONFIGURATION_SERVICE}: add it to "
+                "a database's services in the catalog, and route to it (B1)"
+            )
+        self.queues = [
+            topics.queue_topic(instance.name, d, BROKER_CONFIGURATION_SERVICE, prefix) for d in hosting
+        ]
+        self.routes_topic = topics.routes_topic(prefix)
+        self.requests_topic = topics.requests_topic(instance.name, prefix)
+        self.group = group or f"router-directory-{instance.name}"
+        self.answered = 0
+
+    def serve(self, stop: threading.Event) -> int:
+        """Answer every request on the queues until `stop` is set; return how many were answered."""
+        ensure_topics(self.kafka, self.queues)
+        settings: dict[str, ClientValue] = {
+            "group.id": self.group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+        consumer = Consumer(client_config(self.kafka, **settings))
+        try:
+            consumer.subscribe(self.queues)
+            while not stop.is_set():
+                record = consumer.poll(POLL_S)
+                if record is None:
+                    continue
+                error = record.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        log.warning("reading %s: %s", record.topic(), error.str())
+                    continue
+                self.take(record)
+                consumer.commit(message=record, asynchronous=False)
+        except KafkaException as exc:
+            raise KafkaUnavailable(
+                f"reading {', '.join(self.queues)} at {bootstrap_of(self.kafka)}: {exc}"
+            ) from exc
+        finally:
+            consumer.close()
+        return self.answered
+
+    def take(self, record: KafkaMessage) -> Answer | None:
+        """Answer one record of a queue: a MissingRoute request (B6); anything else is logged."""
+        where = f"{record.topic()}[{record.partition()}]@{record.offset()}"
+        try:
+            message = decode_message(record.value())
+        except MalformedRecord as exc:
+            log.warning("%s: left unanswered: %s", where, exc)
+            return None
+        if message.get("message_type") != MISSING_ROUTE_MESSAGE_TYPE:
+            log.warning(
+                "%s: left unanswered: a %s message, not MissingRoute (B9)", where, message.get("message_type")
+            )
+            return None
+        scope = message.get("origin_database")
+        request_id = str(message["conversation_id"])
+        if not scope:
+            log.warning("%s: left unanswered: the MissingRoute request names no origin database", where)
+            return None
+        try:
+            service = requested_service(message["body"])
+        except MalformedRecord as exc:
+            log.warning("%s: left unanswered: %s", where, exc)
+            return None
+        answer = self.answer(str(scope), service, request_id)
+        self.answered += 1
+        log.info("%s", answer.line())
+        if self.on_answer is not None:
+            self.on_answer(answer)
+        return answer
+
+    def answer(self, scope: str, service: str, request_id: str) -> Answer:
+        """B6: create the route when the directory lists the service, then end the request's dialog."""
+        route = self.directory.route_for(service, scope, datetime.now(timezone.utc))
+        if route is not None:
+            put_route(self.kafka, self.instance.name, route, self.routes_topic)
+            answer = Answer(scope, service, request_id, route)
+            how = f"route {route.name}"
+        else:
+            answer = Answer(scope, service, request_id, None, f"{service} is not in the directory")
+            how = f"error: {answer.error}"
+        end = RequestRecord(self.instance.name, scope, service, False, request_id, how)
+        produce_records(self.kafka, self.requests_topic, [(end.key(), end.value(), None)])
+        return answer
