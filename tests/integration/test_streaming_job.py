@@ -32,8 +32,9 @@ pytestmark = pytest.mark.integration
 ODD = "//Audit/ünï code.v2_x"  # a service name that every part of the topic scheme escapes
 AW = Database("AW", "0a0a0a0a-0000-0000-0000-000000000001", True, ("InitiatorService", "Audit", ODD))
 MSDB = Database("msdb", "0d0d0d0d-0000-0000-0000-000000000001", True, ())
-# retry_s: longer than a micro-batch, so that a replay ends before what it delayed is due.
-I1 = Instance("i1", "TCP://i1:4022", (AW, MSDB), retry_s=5.0)
+# retry_s: longer than a replay, so that a replay ends before what it delayed is due (D2 counts
+# from the decision, and on a slow machine a replay's first micro-batches take several seconds).
+I1 = Instance("i1", "TCP://i1:4022", (AW, MSDB), retry_s=15.0)
 I2 = Instance(
     "i2",
     "TCP://i2:4022",
@@ -41,6 +42,7 @@ I2 = Instance(
         Database("Parts", "0b0b0b0b-0000-0000-0000-000000000002", True, ("OrderParts",)),
         Database("msdb", "0e0e0e0e-0000-0000-0000-000000000001", True, ()),
     ),
+    retry_s=I1.retry_s,  # one query may route both (one retry_s per query)
 )
 
 
@@ -342,7 +344,7 @@ def test_a_missing_route_is_asked_for_once_until_a_route_for_it_appears(
     job = replay(spark, kafka_bootstrap, prefix, tmp_path)
     delayed = read_all(kafka_bootstrap, topics.delayed_topic("i1", prefix))
     # The first asks (M4); the second sees the request pending in the same batch (B4). A replay
-    # slower than retry_s (5 s) retries them, and a retry asks nothing either.
+    # slower than retry_s retries them, and a retry asks nothing either.
     asks = [h.get("requests") for h, _ in delayed]
     assert (delayed[0][0]["match_step"], asks[0]) == ("M4", "Remote")
     assert len(asks) >= 2 and all(a is None for a in asks[1:]), asks
