@@ -61,7 +61,6 @@ from streaming.tables.validate import (
     check_seconds,
     check_service,
     fail,
-    route_subject,
 )
 from streaming.tables.yaml_files import (
     LineDict,
@@ -76,9 +75,6 @@ log = logging.getLogger("streaming.directory")
 
 DIRECTORY_FIELDS = ("service", "address", "broker_instance", "mirror_address", "lifetime_s")
 ROUTE_NAME_PREFIX = "directory:"
-MISSING_ROUTE_NAMESPACE = (
-    "http://schemas.microsoft.com/SQL/ServiceBroker/BrokerConfigurationNotice/MissingRoute"
-)
 POLL_S = 0.5
 DIRECTORY_SCOPE = "directory"
 """The scope a listing is checked with; each answer gives its route the scope that asked."""
@@ -143,12 +139,9 @@ def parse_directory(text: str, file: str) -> Directory:
         fields = LineDict({k: v for k, v in mapping.items() if k != "lifetime_s"})
         fields.line, fields.key_lines = mapping.line, dict(getattr(mapping, "key_lines", {}))
         fields.update(scope=DIRECTORY_SCOPE, name=route_name(service))
-        try:
-            operation = route_entry_operation(fields, where, index, now=NOW_UNUSED, default_scope=None)
-        except ConfigError as exc:  # say which entry of the directory, not which placeholder route
-            raise ConfigError(
-                str(exc).replace(route_subject(DIRECTORY_SCOPE, route_name(service)), subject)
-            ) from None
+        operation = route_entry_operation(
+            fields, where, index, now=NOW_UNUSED, default_scope=None, subject=subject
+        )
         assert operation.route is not None  # a create: route_entry_operation checked every field
         listings[service] = Listing(operation.route, lifetime)
     return Directory(listings)
@@ -165,10 +158,10 @@ def requested_service(body: bytes) -> str:
         root = ET.fromstring(body)
     except ET.ParseError as exc:
         raise MalformedRecord(f"the MissingRoute body is not XML: {exc}") from exc
-    element = root.find(f"{{{MISSING_ROUTE_NAMESPACE}}}SERVICE_NAME")
-    if element is None:
-        element = root.find("SERVICE_NAME")
-    service = (element.text or "") if element is not None else ""
+    # The body's namespace is the message type's URI (B3); a body without one is read too.
+    service = (
+        root.findtext(f"{{{MISSING_ROUTE_MESSAGE_TYPE}}}SERVICE_NAME") or root.findtext("SERVICE_NAME") or ""
+    )
     if not service or len(service) > SERVICE_NAME_MAX:
         raise MalformedRecord(f"the MissingRoute body names no service (SERVICE_NAME): {body[:120]!r}")
     return service

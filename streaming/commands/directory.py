@@ -21,7 +21,6 @@ from types import FrameType
 from typing import Any
 
 from streaming.commands.common import add_kafka_arguments, add_prefix_argument, kafka_from
-from streaming.errors import ConfigError
 
 
 def register(subparsers: Any) -> None:
@@ -69,21 +68,14 @@ def run_serve(args: argparse.Namespace) -> int:
     """Answer requests until Ctrl-C or SIGTERM."""
     from streaming import topics
     from streaming.directory import DirectoryService, load_directory
-    from streaming.tables.topic_io import read_catalogs
+    from streaming.tables.reader import read_instances
 
     directory = load_directory(args.file)
     kafka = kafka_from(args)
-    instances, _ = read_catalogs(kafka, topics.catalogs_topic(args.topic_prefix))
-    found = [i for i in instances if i.name == args.instance]
-    if not found:
-        known = ", ".join(i.name for i in instances) or "none"
-        raise ConfigError(
-            f"instance {args.instance} has no catalog on {topics.catalogs_topic(args.topic_prefix)} "
-            f"(catalogs: {known}); publish it with `router catalogs load`"
-        )
+    catalogs = read_instances(kafka, topics.catalogs_topic(args.topic_prefix), [args.instance])
     service = DirectoryService(
         kafka,
-        found[0],
+        catalogs[args.instance],
         directory,
         prefix=args.topic_prefix,
         group=args.group,

@@ -217,10 +217,7 @@ def _missing_route_message(request_id: Column) -> Column:
         F.regexp_replace(F.regexp_replace(service, "&", "&amp;"), "<", "&lt;"), ">", "&gt;"
     )
     body = F.concat(
-        F.lit(
-            '<MissingRoute xmlns="http://schemas.microsoft.com/SQL/ServiceBroker/BrokerConfigurationNotice'
-            '/MissingRoute"><SERVICE_NAME>'
-        ),
+        F.lit(f'<MissingRoute xmlns="{MISSING_ROUTE_MESSAGE_TYPE}"><SERVICE_NAME>'),
         escaped,
         F.lit("</SERVICE_NAME></MissingRoute>"),
     )

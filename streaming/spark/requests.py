@@ -45,10 +45,7 @@ class OutstandingRequests:
         self.memory: dict[str, Requests] = {i.name: Requests() for i in topology.instances}
         self.dialogs: dict[InstanceRequest, str] = {}
         """The MissingRoute dialog of each outstanding request, where its record names it."""
-        self._readers = [
-            TableReader(settings.kafka, topics.requests_topic(i.name, topology.prefix), RequestRecords())
-            for i in topology.instances
-        ]
+        self._readers = [TableReader(settings.kafka, topic, RequestRecords()) for topic in topology.requests]
         for reader in self._readers:
             reader.read_to_end()
             for row in reader.values():

@@ -205,7 +205,12 @@ FieldLocator = Callable[[str], tuple[Source, str]]
 
 
 def validate_route(
-    route: Route, source: Source, *, ddl: bool = False, locate: FieldLocator | None = None
+    route: Route,
+    source: Source,
+    *,
+    ddl: bool = False,
+    locate: FieldLocator | None = None,
+    subject: str | None = None,
 ) -> Route:
     """Check the rules that involve several fields of a complete route; return it unchanged.
 
@@ -213,9 +218,10 @@ def validate_route(
     service nor a broker instance. R9: a BCN route names no broker instance. R5(a), only when
     `ddl` (the route comes from CREATE/ALTER ROUTE): a mirror route names both a service and a
     broker instance; route tables given as data may hold Example 3's mirror route without one.
-    `locate` lets the error point at the line and the spelling of the field (default: `source`).
+    `locate` lets the error point at the line and the spelling of the field (default: `source`);
+    `subject` names the route in errors (default: `route scope/name`).
     """
-    subject = route_subject(route.scope, route.name)
+    subject = subject or route_subject(route.scope, route.name)
 
     def refuse(field: str, message: str) -> NoReturn:
         where, name = locate(field) if locate is not None else (source, field)

@@ -223,17 +223,19 @@ def route_entry_operation(
     now: datetime,
     default_scope: str | None,
     default_instance: str | None = None,
+    subject: str | None = None,
 ) -> RouteOperation:
     """Return the operation of one route entry (a mapping of `ROUTE_FIELDS`).
 
     Its instance is the entry's `instance`, else `default_instance`, else None (left to the caller).
+    Errors name the route (`route scope/name`), or `subject` when given.
     """
     line = entry.line if isinstance(entry, LineDict) else None
     mapping = entry_mapping(entry, base.at(line), f"route #{index}")
     source = base.at(mapping.line)
     raw_scope = mapping.get("scope", default_scope)
     raw_name = mapping.get("name")
-    subject = route_subject(
+    subject = subject or route_subject(
         raw_scope if isinstance(raw_scope, str) else None, raw_name if isinstance(raw_name, str) else None
     )
     check_known_fields(mapping, ROUTE_FIELDS, source, subject)
@@ -304,7 +306,7 @@ def route_entry_operation(
         mirror_address=_optional_str(values.get("mirror_address")),
         expires_at=_optional_instant(values.get("expires_at")),
     )
-    validate_route(route, source, locate=lambda field: (at(field), field))
+    validate_route(route, source, locate=lambda field: (at(field), field), subject=subject)
     return RouteOperation("create", scope, name, source, route=route, instance=instance)
 
 

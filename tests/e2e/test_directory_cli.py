@@ -112,4 +112,5 @@ def test_an_instance_without_a_catalog_is_refused_with_the_fix(kafka_bootstrap: 
         timeout=120,
     )
     assert result.returncode == 2
-    assert "instance nope has no catalog" in result.stderr and "router catalogs load" in result.stderr
+    assert "instance(s) 'nope' not in the catalogs topic" in result.stderr
+    assert "router catalogs load" in result.stderr
