@@ -127,6 +127,7 @@ class Router:
         self.routes = tuple(routes)
         self.destinations = destinations
         self.choices: dict[ChoiceKey, RouteIdentity] = {}
+        self.rotation: dict[str, int] = {}
         self.waiting: set[Endpoint] = set()
         self.requests: set[tuple[str, str]] = set()
         self.outcomes: Counter[str] = Counter()
@@ -144,9 +145,11 @@ class Router:
                 pending_requests=frozenset(self.requests),
                 waiting_endpoints=frozenset(self.waiting),
                 choices=self.choices,
+                rotation=self.rotation,
             )
         )
         self.choices.update(result.choices)
+        self.rotation.update(result.rotation)
         self.requests.update(result.requests)
         for kafka_record, record, message, decision in zip(
             group, records, messages, result.decisions, strict=True

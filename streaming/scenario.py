@@ -474,6 +474,8 @@ class _Timeline:
         self.first_delayed: dict[str, int] = {}
         self.used_ids = set(scenario.message_ids())
         self.request_count = 0
+        self.rotation: dict[str, int] = {}
+        """C5, M3: the rotation counters, carried from batch to batch as the job carries them."""
         self.decisions: list[Decision] = []
 
     @property
@@ -552,8 +554,10 @@ class _Timeline:
                 for (conversation, _), memory in self.memory.items()
                 for entry, kept in memory.kept.items()
             },
+            rotation=dict(self.rotation),
         )
         result = self.decider.decide(batch)
+        self.rotation.update(result.rotation)
         got = [d.id for d in result.decisions]
         if got != [m.id for m in messages]:
             raise RouterError(f"the decider answered {got} for the messages {[m.id for m in messages]}")

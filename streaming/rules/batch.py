@@ -12,7 +12,9 @@ the streaming job. Messages in a batch are decided in order, as if one at a time
   route identity in `choices`, or the one chosen earlier in the batch, while it is a candidate.
   All messages with one `choice_key` read the same routes, so within a batch they choose alike;
 * the messages a batch forwards are in flight together: one whose forwarding would push their
-  bytes over MESSAGE_FORWARD_SIZE is discarded with `forward_buffer_full` (F5).
+  bytes over MESSAGE_FORWARD_SIZE is discarded with `forward_buffer_full` (F5);
+* a message that picks among equal options (C5, M3) takes the next in turn of that set of options
+  (`streaming.rules.choice.Rotation`): the counters run on from `rotation`, in batch order.
 
 Conversation state that lives with the endpoints (the pin of A2, CURRENT DATABASE) is applied to
 each message's `broker_instance` before it reaches an engine.
@@ -54,6 +56,8 @@ class RoutingBatch:
     """Conversation endpoints (`Message.endpoint`) that have a delayed message waiting (D1)."""
     choices: Mapping[ChoiceKey, RouteIdentity] = field(default_factory=dict)
     """The route identity each unpinned conversation chose before (K2), by `Message.choice_key`."""
+    rotation: Mapping[str, int] = field(default_factory=dict)
+    """C5, M3: the next option each set of equal options gives, by rotation key (`Rotation`)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class BatchResult:
     """New (scope, service) MissingRoute requests (M4, B3), in the order they were made."""
     choices: Mapping[ChoiceKey, RouteIdentity] = field(default_factory=dict)
     """The choices made in this batch (K2), the last per key: what `RoutingBatch.choices` takes on."""
+    rotation: Mapping[str, int] = field(default_factory=dict)
+    """The rotation counters the batch advanced, as they are after it (`RoutingBatch.rotation`)."""
 
 
 class Decider(Protocol):

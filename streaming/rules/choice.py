@@ -12,8 +12,7 @@ When every tier is empty the message has no usable route (same fate as M7).
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from streaming.rules.model import Route, RouteIdentity
@@ -33,15 +32,46 @@ class Choice:
     step: str
 
 
-def deterministic_index(conversation_id: str, count: int) -> int:
-    """Return which of `count` equal options a conversation takes (C5, M3).
+OPTIONS = "\x1e"
+"""Separates the options of a set in a rotation key."""
+FIELDS = "\x1f"
+"""Separates the fields of one route identity in a rotation key."""
 
-    The spec says "arbitrarily" (C5 [AMB]). This engine uses
-    `zlib.crc32(conversation_id as UTF-8) % count`: every message of a conversation makes the same
-    choice while the candidates stay the same (K2), different conversations spread over the
-    options, and a Spark SQL engine can reproduce it exactly with `crc32(...) % count`.
+
+class Rotation:
+    """C5, M3: new conversations take equal options in turn, round-robin, in order of arrival.
+
+    The spec says "arbitrarily" (C5 [AMB]) and recommends round-robin advanced once per new
+    conversation; the seeds say Service Broker "will choose one of them in a round-robin fashion".
+    Each set of equal options of a routing table (a tier's deduplicated routes, or M3's distinct
+    broker instances of a service) has its own counter, keyed by `tier_key` or `brokers_key`: the
+    index of the option the next pick takes. A conversation that kept a choice (K2) does not pick,
+    so it does not turn the rotation. A set of one option has no counter. The counters outlive a
+    batch: `RoutingBatch.rotation` gives them, `BatchResult.rotation` takes what a batch advanced.
     """
-    return zlib.crc32(conversation_id.encode("utf-8")) % count
+
+    def __init__(self, counters: Mapping[str, int] | None = None) -> None:
+        self._next = dict(counters or {})
+        self.advanced: dict[str, int] = {}
+        """The counters this rotation moved, with their values now."""
+
+    def take(self, key: str, count: int) -> int:
+        """The index (of `count` options, in their stable order) the next pick of `key` takes."""
+        if count == 1:
+            return 0
+        index = self._next.get(key, 0) % count
+        self._next[key] = self.advanced[key] = (index + 1) % count
+        return index
+
+
+def tier_key(tier: Sequence[Route]) -> str:
+    """C5: a tier's rotation key: its table, and its routes' C0 identities in the order it picks from."""
+    return OPTIONS.join(["C5", tier[0].scope, *(FIELDS.join(r.identity) for r in tier)])
+
+
+def brokers_key(scope: str, service: str, brokers: Sequence[str]) -> str:
+    """M3: the rotation key of a service's distinct broker instances in a table, ascending."""
+    return OPTIONS.join(["M3", scope, service, *brokers])
 
 
 def dedupe_candidates(candidates: Iterable[Route]) -> tuple[Route, ...]:
@@ -59,19 +89,19 @@ def dedupe_candidates(candidates: Iterable[Route]) -> tuple[Route, ...]:
 
 
 def pick_one(
-    candidates: Sequence[Route], conversation_id: str, remembered: RouteIdentity | None = None
+    candidates: Sequence[Route], rotation: Rotation, remembered: RouteIdentity | None = None
 ) -> Route:
     """Choose one of a tier's deduplicated, identity-sorted candidates (C5, K2).
 
     K2: a conversation keeps the choice made for its first message, so the `remembered` route
-    identity wins while it is one of the candidates. Otherwise index
-    `deterministic_index(conversation_id, len(candidates))` into the candidates sorted ascending
-    by their C0 identity tuple `(broker_instance or "", service or "", address)`.
+    identity wins while it is one of the candidates. Otherwise the tier's `rotation` picks the
+    next of the candidates sorted ascending by their C0 identity tuple
+    `(broker_instance or "", service or "", address)`.
     """
     kept = next((r for r in candidates if remembered is not None and r.identity == remembered), None)
     if kept is not None:
         return kept
-    return candidates[deterministic_index(conversation_id, len(candidates))]
+    return candidates[rotation.take(tier_key(candidates), len(candidates))]
 
 
 def mirror_tier(candidates: Iterable[Route]) -> list[Route]:
@@ -109,15 +139,16 @@ def choose_route(
     candidates: Iterable[Route],
     *,
     service: str,
-    conversation_id: str,
+    rotation: Rotation,
     locatable: Callable[[Route], bool],
     remembered: RouteIdentity | None = None,
 ) -> Choice | None:
     """Return the route chosen for a message, or None when no tier has a usable route (C0-C5).
 
     The candidates are deduplicated (C0), then the first non-empty tier of C1, C2, C3, C4 picks one
-    route (C5). A `locatable` route is one §1.6 can deliver with (C2). `remembered` is the
-    identity of the route the conversation chose before (K2), kept when it is in that tier.
+    route (C5, whichever is next in `rotation`). A `locatable` route is one §1.6 can deliver with
+    (C2). `remembered` is the identity of the route the conversation chose before (K2), kept when
+    it is in that tier.
     """
     unique = dedupe_candidates(candidates)
     tiers: tuple[tuple[str, list[Route]], ...] = (
@@ -128,5 +159,5 @@ def choose_route(
     )
     for step, tier in tiers:
         if tier:
-            return Choice(pick_one(tier, conversation_id, remembered), step)
+            return Choice(pick_one(tier, rotation, remembered), step)
     return None

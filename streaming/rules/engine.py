@@ -23,7 +23,7 @@ from collections.abc import Set
 from dataclasses import replace
 
 from streaming.rules.batch import BatchResult, RoutingBatch
-from streaming.rules.choice import C1, C2, C4, Choice, choose_route
+from streaming.rules.choice import C1, C2, C4, Choice, Rotation, choose_route
 from streaming.rules.forwarding import (
     buffer_full,
     forwarded_hops,
@@ -67,11 +67,13 @@ class ReferenceEngine:
           (from an earlier batch, or earlier in this one) while that route is still a candidate.
         * F5: the messages the batch forwards are in flight together; one whose forwarding would
           push their total over MESSAGE_FORWARD_SIZE is discarded (`forward_buffer_full`).
+        * C5, M3: a pick among equal options takes the next in turn (`Rotation`), in batch order.
         """
         snapshot = RouteSnapshot.of(batch)
         pending = set(batch.pending_requests)
         waiting = set(batch.waiting_endpoints)
         memory = dict(batch.choices)
+        rotation = Rotation(batch.rotation)
         decisions: list[Decision] = []
         requests: list[tuple[str, str]] = []
         choices: dict[ChoiceKey, RouteIdentity] = {}
@@ -80,7 +82,8 @@ class ReferenceEngine:
             if not message.is_remote and message.endpoint in waiting:
                 decision = delayed_behind_conversation(message, snapshot)
             else:
-                decision = decide_message(message, snapshot, pending, memory.get(message.choice_key))
+                kept = memory.get(message.choice_key)
+                decision = decide_message(message, snapshot, pending, kept, rotation)
             if decision.outcome is Outcome.FORWARD:
                 if buffer_full(in_flight, message, batch.instance):
                     decision = discarded_for_buffer(decision)
@@ -94,7 +97,9 @@ class ReferenceEngine:
             if decision.remembered is not None:
                 memory[message.choice_key] = choices[message.choice_key] = decision.remembered
             decisions.append(decision)
-        return BatchResult(decisions=tuple(decisions), requests=tuple(requests), choices=choices)
+        return BatchResult(
+            decisions=tuple(decisions), requests=tuple(requests), choices=choices, rotation=rotation.advanced
+        )
 
 
 def discarded_for_buffer(forward: Decision) -> Decision:
@@ -128,6 +133,7 @@ def decide_message(
     snapshot: RouteSnapshot,
     pending_requests: Set[tuple[str, str]] = frozenset(),
     remembered: RouteIdentity | None = None,
+    rotation: Rotation | None = None,
 ) -> Decision:
     """Decide one message against the snapshot (spec §1.7), ignoring other messages of its batch.
 
@@ -135,8 +141,11 @@ def decide_message(
     (B4). A decision that makes a new request carries the service in `requests` and the table in
     `scope` (M4, B3). `remembered` is the route identity the message's conversation chose before
     (K2); it counts only for a message that `remembers_choice`, and such a message's decision
-    carries the identity chosen now in `remembered`.
+    carries the identity chosen now in `remembered`. `rotation` says whose turn it is among equal
+    options (C5, M3), and is advanced by the pick; a new one starts every rotation at its first.
     """
+    if rotation is None:
+        rotation = Rotation()
     if not message.remembers_choice:
         remembered = None
     shortcut = reply_shortcut_database(message, snapshot.instance)
@@ -154,7 +163,7 @@ def decide_message(
         scope=scope,
         service=message.service,
         broker_instance=message.broker_instance,
-        conversation_id=message.conversation_id,
+        rotation=rotation,
         request_pending=(scope, message.service) in pending_requests,
         service_hosted=hosts_service(snapshot.instance, message.service),
         remembered=remembered,
@@ -166,7 +175,7 @@ def decide_message(
     choice = choose_route(
         match.candidates,
         service=message.service,
-        conversation_id=message.conversation_id,
+        rotation=rotation,
         locatable=lambda route: destination_database(message, route, snapshot) is not None,
         remembered=remembered,
     )
@@ -178,7 +187,7 @@ def decide_message(
             chosen(message, snapshot, scope, match, choice, Outcome.DELIVER), database=database.name
         )
     else:
-        decision = leave_instance(message, snapshot, scope, match, choice, pending_requests)
+        decision = leave_instance(message, snapshot, scope, match, choice, pending_requests, rotation)
     if message.remembers_choice:
         return replace(decision, remembered=choice.route.identity)
     return decision
@@ -191,6 +200,7 @@ def leave_instance(
     match: Match,
     choice: Choice,
     pending_requests: Set[tuple[str, str]],
+    rotation: Rotation,
 ) -> Decision:
     """Send or forward a message whose chosen route is not LOCAL (C-drop, F2, F3, F5, MI2, MI3, S5).
 
@@ -210,7 +220,7 @@ def leave_instance(
     if address is None:
         return not_routed(message, snapshot, scope, match, Reason.PRINCIPAL_UNKNOWN, choice=choice)
     if not message.is_remote and loops_back(address, instance):
-        rerouted = decide_message(as_incoming(message), snapshot, pending_requests)
+        rerouted = decide_message(as_incoming(message), snapshot, pending_requests, rotation=rotation)
         return replace(rerouted, extra={**rerouted.extra, "loop_back": address})
     if message.is_remote:
         return replace(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from streaming.rules.choice import deterministic_index
+from streaming.rules.choice import Rotation, brokers_key
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, LOCAL, Route, RouteIdentity, canonical_guid
 
 M1 = "M1"
@@ -58,14 +58,14 @@ def m2_service_any_broker(routes: Iterable[Route], service: str) -> tuple[Route,
 
 
 def m3_service_one_broker(
-    routes: Iterable[Route], service: str, conversation_id: str, remembered: RouteIdentity | None = None
+    routes: Iterable[Route], service: str, rotation: Rotation, remembered: RouteIdentity | None = None
 ) -> tuple[Route, ...]:
     """M3: routes naming the service and some broker instance, narrowed to one broker instance.
 
     Only reached when the message has no broker instance. When the routes carry several different
     broker instances, one is picked "arbitrarily": the broker instance of the conversation's
     `remembered` choice while it is among them (K2), else the distinct canonical broker instances
-    are sorted ascending and `deterministic_index(conversation_id, n)` picks one (C5); only the
+    are sorted ascending and the service's `rotation` picks the next (C5); only the
     routes with that broker instance are kept.
     """
     named = [r for r in routes if same_service(r, service) and r.broker_instance is not None]
@@ -75,7 +75,7 @@ def m3_service_one_broker(
     if remembered is not None and remembered[0] and canonical_guid(remembered[0]) in brokers:
         chosen = canonical_guid(remembered[0])
     else:
-        chosen = brokers[deterministic_index(conversation_id, len(brokers))]
+        chosen = brokers[rotation.take(brokers_key(named[0].scope, service, brokers), len(brokers))]
     return tuple(r for r in named if r.broker_instance and canonical_guid(r.broker_instance) == chosen)
 
 
@@ -109,7 +109,7 @@ def match_routes(
     scope: str,
     service: str,
     broker_instance: str | None,
-    conversation_id: str,
+    rotation: Rotation,
     request_pending: bool,
     service_hosted: bool,
     remembered: RouteIdentity | None = None,
@@ -119,6 +119,7 @@ def match_routes(
     `request_pending`: a MissingRoute request for (scope, service) is outstanding (B4).
     `service_hosted`: a broker-enabled database of the instance hosts the service (M6, L4).
     `remembered`: the route identity the conversation chose before (K2), which M3 keeps.
+    `rotation`: whose turn it is among M3's broker instances when none is kept (C5).
     M6 applies only with a broker instance and a hosted service; M7 is "nothing matched".
     """
     if broker_instance is not None:
@@ -129,7 +130,7 @@ def match_routes(
     if found:
         return Match(M2, found)
     if broker_instance is None:
-        found = m3_service_one_broker(routes, service, conversation_id, remembered)
+        found = m3_service_one_broker(routes, service, rotation, remembered)
         if found:
             return Match(M3, found)
     if m4_asks_for_route(routes, request_pending):

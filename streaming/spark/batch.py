@@ -5,15 +5,16 @@ micro-batch is given to it as the input of its first step, at the level of Spark
 runs the same physical plan and generated code as the last one, with no analysis, planning or code
 generation of its own. The route snapshot and the outstanding requests are not part of the plan:
 they are set before each batch (`DecisionInputs`), so a route change plans nothing. The plan is
-made again only when its shape changes: with or without a route to the dynamic routing service or
-a TRANSPORT route, or a destination found unavailable. Spark runs it as one job: one
+made again only when its shape changes: with or without a route to the dynamic routing service, a
+set of equal options or a TRANSPORT route, or a destination found unavailable. Spark runs it as one job: one
 stage more for the state processor's shuffle. What the driver must know of the batch (counts by
 outcome, the MissingRoute requests made, the destinations that could not be written) are Spark's
 observed metrics of that same run.
 
 The decision is one pass over each partition's rows (`streaming.spark.decision`), which the state
 processor gives with each conversation endpoint's rows in batch order. With a route to the dynamic
-routing service, B4's first request is the first in the whole batch's order: the batch is then
+routing service, B4's first request is the first in the whole batch's order, and with a set of
+equal options (C5, M3) new conversations take them in turn in that order: the batch is then
 decided in one partition, in batch order. While a TRANSPORT route exists (T1: the next hop comes
 from the service name, so the snapshot cannot name every destination), the batch is planned anew:
 its decided rows are kept once, and the topics their C4 decisions lead to are created before the
@@ -33,7 +34,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streaming.errors import RouterError
-from streaming.spark.decision import DecisionInputs, Snapshot, SnapshotFlags, decide, in_batch_order
+from streaming.spark.decision import (
+    Counters,
+    DecisionInputs,
+    Snapshot,
+    SnapshotFlags,
+    decide,
+    in_batch_order,
+)
 from streaming.spark.output import (
     HOME_COLUMN,
     Destinations,
@@ -107,7 +115,7 @@ class BatchPlan:
                     "ttl_s": remaining_ttl_s(F.col("batch_ms")),
                 }
             )
-            return decide(in_batch_order(rows) if shape.has_bcn else rows, inputs)
+            return decide(in_batch_order(rows) if shape.in_one_pass else rows, inputs)
 
         self._decided = decided
         self._prepared: _Prepared | None = None
@@ -116,13 +124,18 @@ class BatchPlan:
             self._prepared = _Prepared.of(like, lambda b: _records(decided(b), destinations))
 
     def run(
-        self, batch: DataFrame, snapshot: Snapshot, pending: frozenset[tuple[str, str, str]] = frozenset()
+        self,
+        batch: DataFrame,
+        snapshot: Snapshot,
+        pending: frozenset[tuple[str, str, str]] = frozenset(),
+        rotation: Counters | None = None,
     ) -> BatchMetrics:
         """Decide `batch` with `snapshot` and write everything it gives in one Kafka write; its metrics.
 
-        `pending` holds (instance, scope, service) of the MissingRoute requests outstanding (B4).
+        `pending` holds (instance, scope, service) of the MissingRoute requests outstanding (B4);
+        `rotation` the counters of C5 and M3 (what the batch advanced is `inputs.advanced()` after).
         """
-        self.inputs.set(snapshot, pending)
+        self.inputs.set(snapshot, pending, rotation)
         if self._prepared is not None:
             return _metrics(self.spark, self._prepared.write(batch, self.kafka_options))
         jvm = self.spark._jvm

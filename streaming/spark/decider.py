@@ -122,15 +122,18 @@ class SparkDecider:
             for scope, service in batch.pending_requests
         )
         messages = in_batch_order(local_frame(self.spark, rows, MESSAGE_SCHEMA))
+        rotation = {key: batch.rotation for key, batch in zip(keys, batches, strict=True)}
         inputs = DecisionInputs(self.spark)
         by_key: dict[str, list[Row]] = {key: [] for key in keys}
+        advanced: dict[str, dict[str, int]] = {}
         try:
             # Batches with different clocks (R6) are decided against their own snapshots.
             for now, snapshot in by_now.items():
                 instants = [key for key, batch in zip(keys, batches, strict=True) if batch.now == now]
-                inputs.set(snapshot, pending)
+                inputs.set(snapshot, pending, rotation)
                 for row in decide(messages.where(messages["instance"].isin(instants)), inputs).collect():
                     by_key[row["instance"]].append(row)
+                advanced.update(inputs.advanced())
         finally:
             for snapshot in snapshots:
                 snapshot.release()
@@ -149,6 +152,7 @@ class SparkDecider:
                     for r in by_key[key]
                     if r["k_address"] is not None
                 },
+                rotation=advanced.get(key, {}),
             )
             for key, batch in zip(keys, batches, strict=True)
         ]

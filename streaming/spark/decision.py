@@ -14,7 +14,9 @@ takes a hash lookup or two per message and plans in milliseconds.
   wildcards) with each candidate set deduplicated and split into tiers (C0-C4), and broadcasts it.
 * `decide` (per batch): `router.rules.Decide` passes over each partition's rows in order and adds
   the decision columns (`DECISION_COLUMNS`), with the batch semantics of `streaming.rules.batch`:
-  D1 behind a delayed message of the endpoint, B4's first asker, K2 within the batch.
+  D1 behind a delayed message of the endpoint, B4's first asker, K2 within the batch, and the
+  rotation of C5 and M3 (`streaming.rules.choice.Rotation`), whose counters the driver keeps
+  between batches (`DecisionInputs`).
 
 Every key starts with the instance: one snapshot can hold several instances, and each message is
 decided by those of the instance its `instance` column names (the job may route several; the
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -75,6 +77,14 @@ class SnapshotFlags:
     """An active TRANSPORT route exists: a next hop can come from a service name (T1)."""
     valid_until: datetime | None
     """The next instant a route expires (R6): the snapshot must be built again from then on."""
+    spreads: bool = False
+    """Some set of equal options has more than one (C5, M3): new conversations take them in turn,
+    in the whole batch's order, so the batch is decided in one partition."""
+
+    @property
+    def in_one_pass(self) -> bool:
+        """The batch must be decided in one partition, in batch order (B4, or the rotation of C5)."""
+        return self.has_bcn or self.spreads
 
 
 def snapshot_flags(routes: Iterable[tuple[str, Route]], now: datetime) -> SnapshotFlags:
@@ -202,24 +212,49 @@ def build_snapshot(
     jvm = _jvm(spark)
     parsed = jvm.router.rules.Snapshot.parse(snapshot_json(instances, active, mirrors, topics, version))
     broadcast = jvm.router.rules.Decide.broadcast(spark._jsparkSession, parsed)
-    return Snapshot(broadcast, snapshot_flags(active, now), len(active), version, now)
+    flags = replace(snapshot_flags(active, now), spreads=bool(parsed.spreads()))
+    return Snapshot(broadcast, flags, len(active), version, now)
+
+
+Counters = Mapping[str, Mapping[str, int]]
+"""Rotation counters (C5, M3) by instance key, then by rotation key (`streaming.rules.choice`)."""
 
 
 class DecisionInputs:
-    """What `decide`'s pass decides with when a batch runs: a snapshot, and B4's outstanding requests.
+    """What `decide`'s pass decides with, and what it advanced of the rotation counters.
 
+    It decides with a snapshot, B4's outstanding requests and the rotation counters of C5 and M3.
     A plan built once keeps deciding with whatever was `set` last before each run (Spark ships the
     pass's inputs with each job, `router.rules.DecisionInputs`): a route change does not plan again.
     """
 
     def __init__(self, spark: SparkSession) -> None:
-        self._inputs = _jvm(spark).router.rules.Decide.inputs()
+        self._inputs = _jvm(spark).router.rules.Decide.inputs(spark._jsparkSession)
         self.snapshot: Snapshot | None = None
 
-    def set(self, snapshot: Snapshot, pending: frozenset[tuple[str, str, str]] = frozenset()) -> None:
+    def set(
+        self,
+        snapshot: Snapshot,
+        pending: frozenset[tuple[str, str, str]] = frozenset(),
+        rotation: Counters | None = None,
+    ) -> None:
         """Decide the next batches with `snapshot`; `pending` holds (instance, scope, service) (B4)."""
-        self._inputs.set(snapshot.broadcast, sorted("\u0000".join(p) for p in pending))
+        counters = [
+            f"{instance}\u0000{key}\u0000{at}"
+            for instance, keys in (rotation or {}).items()
+            for key, at in keys.items()
+        ]
+        self._inputs.set(snapshot.broadcast, sorted("\u0000".join(p) for p in pending), counters)
         self.snapshot = snapshot
+
+    def advanced(self) -> dict[str, dict[str, int]]:
+        """The rotation counters the batches decided since `set` advanced, as they are now."""
+        out: dict[str, dict[str, int]] = {}
+        for entry in self._inputs.advanced():
+            instance, rest = str(entry).split("\u0000", 1)
+            key, at = rest.rsplit("\u0000", 1)
+            out.setdefault(instance, {})[key] = int(at)
+        return out
 
 
 def decide(messages: DataFrame, inputs: DecisionInputs) -> DataFrame:
@@ -228,8 +263,9 @@ def decide(messages: DataFrame, inputs: DecisionInputs) -> DataFrame:
     The rows need `instance`, `conversation_id`, `service`, `origin`, `bid`, `from_target`,
     `hops_remaining`, `ttl_s` and `size_bytes`, and may have `error` (a row with one is not
     decided), `KEPT_COLUMNS` and `waiting`. Each conversation endpoint's rows must be in batch order
-    in their partition; with a route to the dynamic routing service (`Snapshot.has_bcn`) the whole
-    batch must be one partition in batch order (`in_batch_order`, B4).
+    in their partition; with a route to the dynamic routing service (B4) or a set of equal options
+    (C5, M3), `SnapshotFlags.in_one_pass`, the whole batch must be one partition in batch order
+    (`in_batch_order`).
     """
     out = _jvm(messages.sparkSession).router.rules.Decide.apply(messages._jdf, inputs._inputs)
     return DataFrame(out, messages.sparkSession)

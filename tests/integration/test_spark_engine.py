@@ -5,8 +5,12 @@
 2. A property test generates catalogs, route tables, mirror roles, pending requests, waiting
    conversations and batches of messages, and checks that the two engines take the same decisions:
    EXAMPLES examples of CASES_PER_EXAMPLE cases each, every example decided in one Spark plan.
-   The spec's arbitrary choices (C5, M3, L3) are deterministic in both (crc32 of the conversation id,
-   catalog order), so the decisions must be equal field for field.
+   The spec's arbitrary choices (C5, M3, L3) are deterministic in both (the round-robin rotation of
+   equal options, catalog order), so the decisions must be equal field for field, and so must the
+   rotation counters each batch advanced.
+3. The rotation itself, on both engines: over k x n new conversations, arriving in batches of any
+   size, each of n equal options is used exactly k times, and conversations that keep a choice (K2)
+   do not turn it.
 """
 
 from __future__ import annotations
@@ -274,6 +278,7 @@ def assert_alike(examples: Sequence[RoutingBatch], spark_results: Sequence[Batch
         assert not differences, f"case {number}: {len(differences)} differ, first (reference, spark): {first}"
         assert expected.requests == got.requests, f"case {number}"
         assert expected.choices == got.choices, f"case {number}"
+        assert expected.rotation == got.rotation, f"case {number}"
 
 
 # K2 has its own, narrower cases: in the general ones above few messages both keep a choice and
@@ -334,10 +339,88 @@ def k2_cases(draw: st.DrawFn) -> RoutingBatch:
         m = f.of(messages)
         named = [r.identity for r in routes if r.scope == m.origin and r.service == m.service]
         choices[m.choice_key] = f.of([*named, ("", m.service, "tcp://gone:4022")])
-    return RoutingBatch(instance=instance, routes=routes, messages=tuple(messages), now=NOW, choices=choices)
+    case = RoutingBatch(instance=instance, routes=routes, messages=tuple(messages), now=NOW, choices=choices)
+    # C5, M3: the rotations the case turns start at drawn counters (and one the case has no set for).
+    turned = ReferenceEngine().decide(case).rotation
+    f = Fields(draw(st.integers(0, 2**20)))
+    rotation = {key: f.of((0, 1, 2, 3, 7)) for key in sorted(turned)} | {"C5\x1eAW\x1egone": 1}
+    return replace(case, rotation=rotation)
 
 
 @settings(AGREEMENT, max_examples=K2_EXAMPLES)
 @given(examples=st.lists(k2_cases(), min_size=CASES_PER_EXAMPLE, max_size=CASES_PER_EXAMPLE))
 def test_the_engines_keep_choices_alike(examples: list[RoutingBatch], spark_decider: SparkDecider) -> None:
     assert_alike(examples, spark_decider.decide_many(examples))
+
+
+# The rotation over many batches (C5, M3): k x n new conversations in batches of drawn sizes, with
+# messages of conversations already begun mixed in (they keep their choice, K2), decided batch
+# after batch with the counters and choices carried on, as the streaming job carries them.
+
+ROTATION_EXAMPLES = {"reference": 200, "spark": 8}
+
+
+@st.composite
+def rotations(draw: st.DrawFn) -> tuple[str, int, int, tuple[Route, ...], list[list[Message]]]:
+    """(C5 or M3, k, n, the routes, the batches of messages)."""
+    kind = draw(st.sampled_from(("C5", "M3")))
+    n, k = draw(st.integers(2, 4)), draw(st.integers(1, 4))
+    if kind == "C5":
+        routes = [Route("AW", f"r{i}", f"tcp://h{i}:4022", service="Orders") for i in range(n)]
+    else:
+        routes = [
+            Route("AW", f"r{i}", "tcp://h:4022", service="Orders", broker_instance=GUIDS[i]) for i in range(n)
+        ]
+    # C0: copies under other names count once.
+    routes += [replace(routes[i], name=f"copy{i}") for i in draw(st.lists(st.integers(0, n - 1), max_size=3))]
+    routes.reverse()  # the table's order is not the rotation's
+    new = [f"c{i}" for i in range(k * n)]
+    arrivals: list[Message] = []
+    for number, conversation in enumerate(new):
+        arrivals.append(Message(f"m{number}", conversation, "Orders", "AW"))
+        for again in draw(st.lists(st.integers(0, number), max_size=2)):
+            arrivals.append(Message(f"m{number}-{again}-{len(arrivals)}", new[again], "Orders", "AW"))
+    cuts = sorted(draw(st.sets(st.integers(1, len(arrivals) - 1), max_size=4)))
+    bounds = [0, *cuts, len(arrivals)]
+    batches = [arrivals[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return kind, k, n, tuple(routes), batches
+
+
+@pytest.mark.parametrize("engine", sorted(ROTATION_EXAMPLES))
+def test_k_times_n_new_conversations_use_each_equal_option_k_times(
+    engine: str, request: pytest.FixtureRequest
+) -> None:
+    decider = ReferenceEngine() if engine == "reference" else request.getfixturevalue("spark_decider")
+    instance = Instance(
+        "i1", OWN, (Database("AW", GUIDS[4], services=()), Database("msdb", GUIDS[3], True, ()))
+    )
+
+    @settings(AGREEMENT, max_examples=ROTATION_EXAMPLES[engine])
+    @given(case=rotations())
+    def check(case: tuple[str, int, int, tuple[Route, ...], list[list[Message]]]) -> None:
+        kind, k, n, routes, batches = case
+        rotation: dict[str, int] = {}
+        choices: dict[tuple[str, str, str], tuple[str, str, str]] = {}
+        first: dict[str, str] = {}
+        for messages in batches:
+            batch = RoutingBatch(
+                instance, routes, tuple(messages), NOW, choices=dict(choices), rotation=dict(rotation)
+            )
+            result = decider.decide(batch)
+            rotation.update(result.rotation)
+            choices.update(result.choices)
+            for m, d in zip(messages, result.decisions, strict=True):
+                assert d.outcome is Outcome.SEND, d
+                option = (
+                    d.address
+                    if kind == "C5"
+                    else next(r.broker_instance for r in routes if r.name == d.route)
+                )
+                assert first.setdefault(m.conversation_id, str(option)) == option, (
+                    "K2: a conversation keeps its choice"
+                )
+        used = sorted(first.values())
+        assert len(used) == k * n
+        assert {used.count(option) for option in set(used)} == {k} and len(set(used)) == n, used
+
+    check()

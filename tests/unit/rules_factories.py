@@ -86,6 +86,7 @@ def batch(
     pending: set[tuple[str, str]] | None = None,
     waiting: set[tuple[str, bool]] | None = None,
     choices: dict[tuple[str, str, str], tuple[str, str, str]] | None = None,
+    rotation: dict[str, int] | None = None,
 ) -> RoutingBatch:
     return RoutingBatch(
         instance=inst or instance(),
@@ -96,6 +97,7 @@ def batch(
         pending_requests=frozenset(pending or ()),
         waiting_endpoints=frozenset(waiting or ()),
         choices=choices or {},
+        rotation=rotation or {},
     )
 
 

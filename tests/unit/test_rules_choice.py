@@ -1,17 +1,17 @@
-"""C0 dedupe, the tiers C1-C4 and the deterministic pick C5."""
+"""C0 dedupe, the tiers C1-C4 and the round-robin pick C5."""
 
 from __future__ import annotations
 
-import zlib
+from collections import Counter
 from collections.abc import Callable
 
 from rules_factories import FAR1, route
 
 from streaming.rules.choice import (
     Choice,
+    Rotation,
     choose_route,
     dedupe_candidates,
-    deterministic_index,
     local_tier,
     mirror_tier,
     network_tier,
@@ -38,21 +38,36 @@ def choose(
     candidates: list[Route],
     service: str = "S",
     locatable: Callable[[Route], bool] = always,
-    conversation: str = "c1",
+    rotation: Rotation | None = None,
 ) -> Choice | None:
-    return choose_route(candidates, service=service, conversation_id=conversation, locatable=locatable)
+    return choose_route(candidates, service=service, rotation=rotation or Rotation(), locatable=locatable)
 
 
-def chosen_address(candidates: list[Route], conversation: str) -> str:
-    chosen = choose(candidates, conversation=conversation)
-    assert chosen is not None
-    return chosen.route.address
+def chosen_addresses(candidates: list[Route], conversations: int) -> list[str]:
+    """What `conversations` new conversations choose, one after the other, from `candidates`."""
+    rotation = Rotation()
+    out = []
+    for _ in range(conversations):
+        chosen = choose(candidates, rotation=rotation)
+        assert chosen is not None
+        out.append(chosen.route.address)
+    return out
 
 
-def test_c5_index_is_crc32_of_the_conversation_modulo_count() -> None:
-    for conversation in ("c1", "c2", "conversation-ü"):
-        assert deterministic_index(conversation, 3) == zlib.crc32(conversation.encode("utf-8")) % 3
-    assert deterministic_index("anything", 1) == 0
+def test_c5_rotation_gives_each_index_in_turn_per_key() -> None:
+    rotation = Rotation()
+    assert [rotation.take("k", 3) for _ in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    assert rotation.take("other", 2) == 0
+    assert rotation.advanced == {"k": 1, "other": 1}
+
+
+def test_c5_rotation_runs_on_from_its_counters_and_has_none_for_one_option() -> None:
+    rotation = Rotation({"k": 2})
+    assert [rotation.take("k", 3) for _ in range(2)] == [2, 0]
+    assert rotation.take("only", 1) == 0
+    assert "only" not in rotation.advanced
+    # A set that shrank since its counter was kept starts within it.
+    assert Rotation({"k": 5}).take("k", 3) == 2
 
 
 def test_c0_dedupe_on_identity_keeps_smallest_name_sorted_by_identity() -> None:
@@ -69,27 +84,38 @@ def test_c0_identity_compares_stored_addresses_exactly() -> None:
     assert len(dedupe_candidates([plain, slash])) == 2
 
 
-def test_c0_duplicates_do_not_bias_the_pick() -> None:
+def test_c0_duplicates_count_once_in_the_rotation() -> None:
     routes = [route("AW", f"A{i}", "tcp://a:4022", "S") for i in range(5)] + [
         route("AW", "B", "tcp://b:4022", "S")
     ]
-    picks = {chosen_address(routes, f"c{i}") for i in range(40)}
-    assert picks == {"tcp://a:4022", "tcp://b:4022"}
-    counts = [chosen_address(routes, f"c{i}") for i in range(400)]
-    assert 120 < counts.count("tcp://b:4022") < 280
+    counts = Counter(chosen_addresses(routes, 40))
+    assert counts == {"tcp://a:4022": 20, "tcp://b:4022": 20}
 
 
-def test_c5_pick_one_indexes_into_the_sorted_candidates() -> None:
-    candidates = dedupe_candidates([route("AW", n, f"tcp://{n}:4022", "S") for n in ("c", "a", "b")])
-    for conversation in ("c1", "c2", "c3", "c4"):
-        expected = ["tcp://a:4022", "tcp://b:4022", "tcp://c:4022"][deterministic_index(conversation, 3)]
-        assert pick_one(candidates, conversation).address == expected
+def test_c5_k_times_n_new_conversations_use_each_candidate_k_times() -> None:
+    routes = [route("AW", n, f"tcp://{n}:4022", "S") for n in ("c", "a", "b")]
+    picks = chosen_addresses(routes, 3 * 4)
+    assert picks[:3] == ["tcp://a:4022", "tcp://b:4022", "tcp://c:4022"]  # identity order
+    assert Counter(picks) == {"tcp://a:4022": 4, "tcp://b:4022": 4, "tcp://c:4022": 4}
 
 
-def test_c5_same_conversation_same_choice() -> None:
+def test_c5_the_order_of_the_routes_does_not_change_the_turn() -> None:
     routes = [route("AW", "A", "tcp://a:4022", "S"), route("AW", "B", "tcp://b:4022", "S")]
-    first = choose(routes, conversation="conv-42")
-    assert all(choose(list(reversed(routes)), conversation="conv-42") == first for _ in range(3))
+    assert chosen_addresses(routes, 4) == chosen_addresses(list(reversed(routes)), 4)
+
+
+def test_c5_each_set_of_candidates_has_its_own_rotation() -> None:
+    ab = [route("AW", n, f"tcp://{n}:4022", "S") for n in ("a", "b")]
+    abc = [*ab, route("AW", "c", "tcp://c:4022", "S")]
+    rotation = Rotation()
+    picks = [choose(routes, rotation=rotation) for routes in (ab, abc, ab, abc, abc)]
+    assert [p.route.address for p in picks if p is not None] == [
+        "tcp://a:4022",
+        "tcp://a:4022",
+        "tcp://b:4022",
+        "tcp://b:4022",
+        "tcp://c:4022",
+    ]
 
 
 def test_tiers_sort_routes_by_kind() -> None:
@@ -134,16 +160,19 @@ def test_no_usable_route() -> None:
     assert choose([]) is None
 
 
-def test_k2_remembered_identity_wins_while_it_is_a_candidate() -> None:
+def test_k2_remembered_identity_wins_while_it_is_a_candidate_and_does_not_turn_the_rotation() -> None:
     a, b, c = (route("AW", n, f"tcp://{n.lower()}:4022", "S") for n in ("A", "B", "C"))
-    conversation = next(f"c{i}" for i in range(100) if deterministic_index(f"c{i}", 3) == 0)
-    assert pick_one([a, b, c], conversation).name == "A"
-    assert pick_one([a, b, c], conversation, remembered=c.identity).name == "C"
-    assert pick_one([a, b], conversation, remembered=c.identity) == pick_one([a, b], conversation)
+    rotation = Rotation()
+    assert pick_one([a, b, c], rotation, remembered=c.identity).name == "C"
+    assert rotation.advanced == {}
+    assert pick_one([a, b, c], rotation).name == "A"
+    # Its route gone, a conversation picks again, and takes its turn.
+    assert pick_one([a, b], rotation, remembered=c.identity).name == "A"
+    assert pick_one([a, b], rotation).name == "B"
 
 
 def test_k2_remembered_identity_only_counts_in_the_best_tier() -> None:
     chosen = choose_route(
-        [LOCAL_R, NET_R], service="S", conversation_id="c1", locatable=always, remembered=NET_R.identity
+        [LOCAL_R, NET_R], service="S", rotation=Rotation(), locatable=always, remembered=NET_R.identity
     )
     assert chosen == Choice(LOCAL_R, "C2")

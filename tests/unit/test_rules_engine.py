@@ -7,7 +7,7 @@ from dataclasses import replace
 from rules_factories import AW, DB2, FAR1, acl, batch, decide_one, instance, message, route
 
 from streaming.rules.batch import Decider
-from streaming.rules.choice import deterministic_index
+from streaming.rules.choice import tier_key
 from streaming.rules.engine import ReferenceEngine, decide_message
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, REMOTE, Outcome, Reason, Route
 from streaming.rules.snapshot import RouteSnapshot
@@ -164,16 +164,20 @@ def test_decide_message_ignores_the_batch_state() -> None:
 
 
 def two_routes_and_a_conversation_that_picks_the_second() -> tuple[list[Route], str]:
+    """Two equal routes, and a new conversation whose turn it is to take the second (`TURN`)."""
     routes = [route("AW", "A", "tcp://a:4022", "S"), route("AW", "B", "tcp://b:4022", "S")]
-    conversation = next(f"c{i}" for i in range(100) if deterministic_index(f"c{i}", 2) == 1)
-    return routes, conversation
+    return routes, "c7"
+
+
+TURN = {tier_key([route("AW", "A", "tcp://a:4022", "S"), route("AW", "B", "tcp://b:4022", "S")]): 1}
+"""C5: the rotation of the two routes above, at its second."""
 
 
 def test_k2_an_unpinned_conversation_keeps_its_remembered_route() -> None:
     routes, conversation = two_routes_and_a_conversation_that_picks_the_second()
     remembered = {(conversation, "AW", "S"): routes[0].identity}
     result = ReferenceEngine().decide(
-        batch(routes, [message(conversation=conversation, service="S")], choices=remembered)
+        batch(routes, [message(conversation=conversation, service="S")], choices=remembered, rotation=TURN)
     )
     assert result.decisions[0].route == "A"
     assert result.choices == {(conversation, "AW", "S"): routes[0].identity}
@@ -182,23 +186,26 @@ def test_k2_an_unpinned_conversation_keeps_its_remembered_route() -> None:
 def test_k2_the_first_choice_is_returned_for_the_next_batch() -> None:
     routes, conversation = two_routes_and_a_conversation_that_picks_the_second()
     messages = [message("m1", conversation, "S"), message("m2", conversation, "S")]
-    result = ReferenceEngine().decide(batch(routes, messages))
+    result = ReferenceEngine().decide(batch(routes, messages, rotation=TURN))
     assert [d.route for d in result.decisions] == ["B", "B"]
     assert result.choices == {(conversation, "AW", "S"): routes[1].identity}
 
 
 def test_k2_pinned_replies_and_incoming_messages_keep_nothing() -> None:
     routes, conversation = two_routes_and_a_conversation_that_picks_the_second()
-    routes = routes + [route("msdb", "A", "tcp://a:4022", "S"), route("msdb", "B", "tcp://b:4022", "S")]
+    incoming = [route("msdb", "A", "tcp://a:4022", "S"), route("msdb", "B", "tcp://b:4022", "S")]
+    turn = {**TURN, tier_key(incoming): 1}
     remembered = {(conversation, origin, "S"): routes[0].identity for origin in ("AW", REMOTE)}
     messages = [
         message("pinned", conversation, "S", broker_instance=FAR1),
         message("reply", conversation, "S", from_target=True),
         message("incoming", conversation, "S", origin=REMOTE),
     ]
-    result = ReferenceEngine().decide(batch(routes, messages, choices=remembered))
-    assert [d.route for d in result.decisions] == ["B", "B", "B"]
-    assert result.choices == {}
+    for m in messages:
+        # Each takes its turn (the second route), not the route remembered for the conversation.
+        result = ReferenceEngine().decide(batch(routes + incoming, [m], choices=remembered, rotation=turn))
+        assert [d.route for d in result.decisions] == ["B"]
+        assert result.choices == {}
 
 
 def test_k2_a_remembered_route_that_is_gone_is_chosen_again() -> None:
@@ -209,6 +216,7 @@ def test_k2_a_remembered_route_that_is_gone_is_chosen_again() -> None:
             routes,
             [message(conversation=conversation, service="S")],
             choices={(conversation, "AW", "S"): gone},
+            rotation=TURN,
         )
     )
     assert result.decisions[0].route == "B"

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from rules_factories import AW, DB2, ELSEWHERE, FAR1, FAR2, NOW, acl, batch, decide_one, message, route
 
-from streaming.rules.choice import deterministic_index
+from streaming.rules.choice import Rotation
 from streaming.rules.matching import (
     VIRTUAL_LOCAL_ROUTE_NAME,
     Match,
@@ -42,7 +42,7 @@ def match(
         scope="AW",
         service=service,
         broker_instance=broker,
-        conversation_id="c1",
+        rotation=Rotation(),
         request_pending=request_pending,
         service_hosted=service_hosted,
     )
@@ -99,35 +99,38 @@ def test_m3_only_without_broker_instance() -> None:
     assert match(routes, broker=FAR2).step == "M5"
 
 
-def test_m3_keeps_the_routes_of_one_broker_picked_by_conversation() -> None:
+def test_m3_keeps_the_routes_of_one_broker_taken_in_turn() -> None:
     routes = [
         route("AW", "Far2", "tcp://c:4022", "S", FAR2),
         route("AW", "Far1a", "tcp://a:4022", "S", FAR1),
         route("AW", "Far1b", "tcp://b:4022", "S", FAR1.upper()),
     ]
-    for conversation in ("c1", "c2", "c3", "c4", "c5", "c6"):
-        picked = m3_service_one_broker(routes, "S", conversation)
-        expected_broker = sorted([FAR1, FAR2])[deterministic_index(conversation, 2)]
-        expected = ["Far1a", "Far1b"] if expected_broker == FAR1 else ["Far2"]
-        assert names(picked) == expected
+    rotation = Rotation()
+    by_broker = {FAR1: ["Far1a", "Far1b"], FAR2: ["Far2"]}
+    brokers = sorted([FAR1, FAR2])
+    for turn in range(6):
+        picked = m3_service_one_broker(routes, "S", rotation)
+        # The distinct broker instances count once each, whatever routes name them.
+        assert names(picked) == by_broker[brokers[turn % 2]]
 
 
 def test_k2_m3_keeps_the_remembered_broker_instance() -> None:
     routes = [route("AW", "One", "tcp://a:4022", "S", FAR1), route("AW", "Two", "tcp://b:4022", "S", FAR2)]
-    for conversation in ("c1", "c2", "c3", "c4"):
-        for kept in routes:
-            picked = m3_service_one_broker(routes, "S", conversation, remembered=kept.identity)
-            assert names(picked) == [kept.name]
+    rotation = Rotation()
+    for kept in routes:
+        picked = m3_service_one_broker(routes, "S", rotation, remembered=kept.identity)
+        assert names(picked) == [kept.name]
+    assert rotation.advanced == {}
     gone = (ELSEWHERE, "S", "tcp://z:4022")
-    assert m3_service_one_broker(routes, "S", "c1", remembered=gone) == m3_service_one_broker(
-        routes, "S", "c1"
-    )
+    assert names(m3_service_one_broker(routes, "S", rotation, remembered=gone)) == ["One"]
+    assert names(m3_service_one_broker(routes, "S", rotation)) == ["Two"]
 
 
-def test_m3_picks_every_broker_over_many_conversations() -> None:
+def test_m3_k_times_n_new_conversations_use_each_broker_k_times() -> None:
     routes = [route("AW", "One", "tcp://a:4022", "S", FAR1), route("AW", "Two", "tcp://b:4022", "S", FAR2)]
-    chosen = {names(m3_service_one_broker(routes, "S", f"conv-{i}"))[0] for i in range(20)}
-    assert chosen == {"One", "Two"}
+    rotation = Rotation()
+    chosen = [names(m3_service_one_broker(routes, "S", rotation))[0] for _ in range(20)]
+    assert chosen.count("One") == chosen.count("Two") == 10
 
 
 def test_m4_needs_an_active_bcn_route_and_no_pending_request() -> None:

@@ -60,6 +60,11 @@ final class Candidates implements Serializable {
     return new Candidates(Collections.singletonList(only));
   }
 
+  /** C5: some tier has more than one route to pick from. */
+  boolean spreads() {
+    return mirror.size() > 1 || local.size() > 1 || network.size() > 1 || transport.size() > 1;
+  }
+
   boolean isEmpty() {
     return mirror.isEmpty() && local.isEmpty() && network.isEmpty() && transport.isEmpty();
   }

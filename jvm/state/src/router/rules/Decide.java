@@ -41,12 +41,15 @@ import scala.runtime.AbstractFunction1;
  *   <li>F5: what a batch forwards is in flight together until its write is done; a message whose
  *       forwarding would push the pass's bytes over the instance's share of MESSAGE_FORWARD_SIZE is
  *       discarded ({@code forward_buffer_full}). The partitions of a batch are written side by
- *       side, so each pass has an equal share of the budget (the whole of it in one partition).
+ *       side, so each pass has an equal share of the budget (the whole of it in one partition);
+ *   <li>C5, M3: a pick among equal options takes the next in turn ({@link Rotation}), the counters
+ *       running on from those the driver set; the pass hands back what it advanced.
  * </ul>
  *
  * <p>Each endpoint's rows must come in batch order within their partition (the state processor
- * lets them leave so); B4 across endpoints needs the whole batch in one partition in batch order,
- * which the caller arranges while a route to the dynamic routing service exists. A row whose
+ * lets them leave so); B4 across endpoints, and the rotation of C5 and M3 across conversations, need
+ * the whole batch in one partition in batch order, which the caller arranges while a route to the
+ * dynamic routing service, or a set of equal options ({@link Snapshot#spreads}), exists. A row whose
  * {@code error} is set (it did not decode) is not decided: its decision columns are null.
  *
  * <p>Adds {@link #COLUMNS}: the decision ({@code outcome}, {@code d_database}, {@code d_address},
@@ -75,8 +78,8 @@ public final class Decide {
   }
 
   /** New inputs for a plan, to be {@link DecisionInputs#set set} before each batch. */
-  public static DecisionInputs inputs() {
-    return new DecisionInputs();
+  public static DecisionInputs inputs(org.apache.spark.sql.SparkSession spark) {
+    return new DecisionInputs(spark.sparkContext());
   }
 
   /** The output schema: the input's columns, then {@link #COLUMNS}. */
@@ -164,9 +167,7 @@ public final class Decide {
 
     @Override
     public scala.collection.Iterator<InternalRow> apply(scala.collection.Iterator<InternalRow> rows) {
-      Scan scan =
-          new Scan(
-              CollectionConverters.asJava(rows), output, columns, inputs.snapshot(), inputs.pending(), partitions);
+      Scan scan = new Scan(CollectionConverters.asJava(rows), output, columns, inputs, partitions);
       return CollectionConverters.asScala(scan);
     }
   }
@@ -194,21 +195,21 @@ public final class Decide {
     /** F5: bytes forwarded in this pass, by instance; and how many passes share a budget. */
     private final Map<String, Long> inFlight = new HashMap<>();
     private final int partitions;
+    /** C5, M3: whose turn it is in each set of equal options. */
+    private final Rotation rotation;
+    private final DecisionInputs inputs;
+    private boolean reported;
 
-    Scan(
-        Iterator<InternalRow> rows,
-        StructType output,
-        Columns columns,
-        Snapshot snapshot,
-        String[] pending,
-        int partitions) {
+    Scan(Iterator<InternalRow> rows, StructType output, Columns columns, DecisionInputs inputs, int partitions) {
       this.rows = rows;
       this.partitions = partitions;
       this.project = UnsafeProjection.create(output);
       this.c = columns;
-      this.snapshot = snapshot;
+      this.inputs = inputs;
+      this.snapshot = inputs.snapshot();
       this.version = utf8(snapshot.version);
-      for (String p : pending) {
+      this.rotation = new Rotation(inputs.rotation());
+      for (String p : inputs.pending()) {
         int cut = p.indexOf('\u0000');
         this.pending.computeIfAbsent(p.substring(0, cut), k -> new HashSet<>()).add(p.substring(cut + 1));
       }
@@ -216,7 +217,12 @@ public final class Decide {
 
     @Override
     public boolean hasNext() {
-      return rows.hasNext();
+      boolean more = rows.hasNext();
+      if (!more && !reported) {
+        reported = true;
+        inputs.report(rotation.advanced());
+      }
+      return more;
     }
 
     @Override
@@ -260,7 +266,7 @@ public final class Decide {
             remembered = kept(row);
           }
         }
-        d = Engine.decide(m, site, asked, remembered);
+        d = Engine.decide(m, site, asked, remembered, rotation);
       }
       if (Decision.FORWARD.equals(d.outcome)) {
         long before = inFlight.getOrDefault(instance, 0L);

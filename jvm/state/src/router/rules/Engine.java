@@ -1,10 +1,8 @@
 package router.rules;
 
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
-import java.util.zip.CRC32;
 
 /**
  * Service Broker's decision for one message (spec §1.7), the JVM rendering of {@code
@@ -13,9 +11,9 @@ import java.util.zip.CRC32;
  * is the rules' one description; this class is held equal to it by the agreement property tests
  * ({@code tests/integration/test_spark_engine.py}) and every scenario of the suite.
  *
- * <p>The arbitrary choices of the spec are the reference's deterministic ones: index {@code
- * crc32(conversation id) mod n} over the candidates in identity order (C5) and over the distinct
- * broker instances of M3; L3 tries the origin database first, then catalog order.
+ * <p>The arbitrary choices of the spec are the reference's: the next in turn of a {@link Rotation}
+ * over the candidates in identity order (C5) and over the distinct broker instances of M3; L3 tries
+ * the origin database first, then catalog order.
  */
 final class Engine {
   static final String M1 = "M1";
@@ -64,13 +62,6 @@ final class Engine {
     }
   }
 
-  /** C5, M3: which of {@code count} equal options a conversation takes ({@code deterministic_index}). */
-  static int deterministicIndex(String conversationId, int count) {
-    CRC32 crc = new CRC32();
-    crc.update(conversationId.getBytes(StandardCharsets.UTF_8));
-    return (int) (crc.getValue() % count);
-  }
-
   /** S1-S3, {@code routing_scope}: msdb's table for a message from outside, else its database's. */
   static String routingScope(Message m) {
     return m.isRemote() ? Snapshot.MSDB : m.origin;
@@ -95,9 +86,10 @@ final class Engine {
    * {@code decide_message}: one message against the snapshot, ignoring the rest of its batch.
    * {@code pending} holds {@code scope\0service} of the requests outstanding (B4); {@code
    * remembered} is what the conversation chose before (K2), counted only for a message that keeps
-   * its choice.
+   * its choice; {@code rotation} says whose turn it is among equal options (C5, M3).
    */
-  static Decision decide(Message m, Snapshot.Site site, Set<String> pending, Route.Identity remembered) {
+  static Decision decide(
+      Message m, Snapshot.Site site, Set<String> pending, Route.Identity remembered, Rotation rotation) {
     if (!m.remembersChoice()) {
       remembered = null;
     }
@@ -109,8 +101,8 @@ final class Engine {
       return d;
     }
     String scope = routingScope(m);
-    Match match = matchRoutes(site.table(scope), scope, m, pending.contains(scope + "\u0000" + m.service),
-        site.hosts(m.service), remembered);
+    Match match = matchRoutes(site, site.table(scope), scope, m, pending.contains(scope + "\u0000" + m.service),
+        remembered, rotation);
     if (match.step.equals(M4)) {
       Decision d = notRouted(m, scope, match, ROUTE_REQUESTED, null);
       d.requests = m.service;
@@ -119,7 +111,7 @@ final class Engine {
     if (match.step.equals(M7)) {
       return notRouted(m, scope, match, NO_ROUTE, null);
     }
-    Choice choice = chooseRoute(match.candidates, m, site, remembered);
+    Choice choice = chooseRoute(match.candidates, m, site, remembered, rotation);
     if (choice == null) {
       return notRouted(m, scope, match, match.candidates.anyLocal ? SERVICE_NOT_FOUND : NO_ROUTE, null);
     }
@@ -129,7 +121,7 @@ final class Engine {
       decision = chosen(m, scope, match, choice, Decision.DELIVER);
       decision.database = database.name;
     } else {
-      decision = leaveInstance(m, site, scope, match, choice, pending);
+      decision = leaveInstance(m, site, scope, match, choice, pending, rotation);
     }
     if (m.remembersChoice()) {
       decision.remembered = choice.route.identity;
@@ -147,12 +139,13 @@ final class Engine {
 
   /** M1-M7, {@code match_routes}: the first matching step that yields a route (§1.4). */
   private static Match matchRoutes(
+      Snapshot.Site site,
       Snapshot.Table table,
       String scope,
       Message m,
       boolean requestPending,
-      boolean serviceHosted,
-      Route.Identity remembered) {
+      Route.Identity remembered,
+      Rotation rotation) {
     Snapshot.Named named = table.named.get(m.service);
     if (named != null) {
       if (m.brokerInstance != null) {
@@ -165,7 +158,8 @@ final class Engine {
         return new Match(M2, named.noBroker);
       }
       if (m.brokerInstance == null && !named.brokers.isEmpty()) {
-        return new Match(M3, named.byBroker.get(m3Broker(named.brokers, m.conversationId, remembered)));
+        String broker = m3Broker(site.key, scope, m.service, named.brokers, remembered, rotation);
+        return new Match(M3, named.byBroker.get(broker));
       }
     }
     if (!requestPending && table.hasBcn) {
@@ -174,27 +168,34 @@ final class Engine {
     if (table.wildcard != null) {
       return new Match(M5, table.wildcard);
     }
-    if (m.brokerInstance != null && serviceHosted) {
+    if (m.brokerInstance != null && site.hosts(m.service)) {
       return new Match(M6, Candidates.of(Route.virtualLocal(scope, m.service)));
     }
     return new Match(M7, null);
   }
 
-  /** M3, C5, K2: the broker instance kept while it is among them, else the deterministic pick. */
-  private static String m3Broker(List<String> brokers, String conversationId, Route.Identity remembered) {
+  /** M3, C5, K2: the broker instance kept while it is among them, else the next in turn. */
+  private static String m3Broker(
+      String instance,
+      String scope,
+      String service,
+      List<String> brokers,
+      Route.Identity remembered,
+      Rotation rotation) {
     if (remembered != null && !remembered.brokerInstance.isEmpty()) {
       String kept = Text.canonicalGuid(remembered.brokerInstance);
       if (brokers.contains(kept)) {
         return kept;
       }
     }
-    return brokers.get(deterministicIndex(conversationId, brokers.size()));
+    return brokers.get(rotation.take(instance, Rotation.brokersKey(scope, service, brokers), brokers.size()));
   }
 
   /** C1-C5, {@code choose_route}: the first non-empty tier picks one route, or null. */
-  private static Choice chooseRoute(Candidates c, Message m, Snapshot.Site site, Route.Identity remembered) {
+  private static Choice chooseRoute(
+      Candidates c, Message m, Snapshot.Site site, Route.Identity remembered, Rotation rotation) {
     if (!c.mirror.isEmpty()) {
-      return new Choice(pickOne(c.mirror, m.conversationId, remembered), C1);
+      return new Choice(pickOne(c.mirror, site.key, remembered, rotation), C1);
     }
     if (!c.local.isEmpty()) {
       List<Route> locatable = new ArrayList<>(c.local.size());
@@ -204,20 +205,20 @@ final class Engine {
         }
       }
       if (!locatable.isEmpty()) {
-        return new Choice(pickOne(locatable, m.conversationId, remembered), C2);
+        return new Choice(pickOne(locatable, site.key, remembered, rotation), C2);
       }
     }
     if (!c.network.isEmpty()) {
-      return new Choice(pickOne(c.network, m.conversationId, remembered), C3);
+      return new Choice(pickOne(c.network, site.key, remembered, rotation), C3);
     }
     if (!c.transport.isEmpty() && Text.transportAddress(m.service) != null) {
-      return new Choice(pickOne(c.transport, m.conversationId, remembered), C4);
+      return new Choice(pickOne(c.transport, site.key, remembered, rotation), C4);
     }
     return null;
   }
 
-  /** C5, K2, {@code pick_one}: the remembered route while it is in the tier, else the deterministic pick. */
-  private static Route pickOne(List<Route> tier, String conversationId, Route.Identity remembered) {
+  /** C5, K2, {@code pick_one}: the remembered route while it is in the tier, else the next in turn. */
+  private static Route pickOne(List<Route> tier, String instance, Route.Identity remembered, Rotation rotation) {
     if (remembered != null) {
       for (Route r : tier) {
         if (r.identity.equals(remembered)) {
@@ -225,7 +226,7 @@ final class Engine {
         }
       }
     }
-    return tier.get(deterministicIndex(conversationId, tier.size()));
+    return tier.get(rotation.take(instance, Rotation.tierKey(tier), tier.size()));
   }
 
   /** L1-L4, {@code destination_database}: the conversation's broker instance, else the route's. */
@@ -236,7 +237,13 @@ final class Engine {
 
   /** C-drop, F3, F5, MI2, MI3, T1, S5, {@code leave_instance}: send or forward a non-LOCAL choice. */
   private static Decision leaveInstance(
-      Message m, Snapshot.Site site, String scope, Match match, Choice choice, Set<String> pending) {
+      Message m,
+      Snapshot.Site site,
+      String scope,
+      Match match,
+      Choice choice,
+      Set<String> pending,
+      Rotation rotation) {
     if (m.isRemote() && !site.forwarding) {
       return notRouted(m, scope, match, FORWARDING_DISABLED, choice);
     }
@@ -253,7 +260,7 @@ final class Engine {
       return notRouted(m, scope, match, PRINCIPAL_UNKNOWN, choice);
     }
     if (!m.isRemote() && Text.normalizeAddress(address).equals(site.address)) {
-      return decide(m.asIncoming(), site, pending, null);
+      return decide(m.asIncoming(), site, pending, null, rotation);
     }
     if (m.isRemote()) {
       Decision d = chosen(m, scope, match, choice, Decision.FORWARD);

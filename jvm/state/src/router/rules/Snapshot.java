@@ -83,6 +83,21 @@ public final class Snapshot implements Serializable {
     return n;
   }
 
+  /**
+   * C5, M3: some set of equal options has more than one (a tier of a candidate set, or a service's
+   * broker instances): a pick then takes its turn in a rotation that runs across conversations.
+   */
+  public boolean spreads() {
+    for (Site s : sites.values()) {
+      for (Table t : s.tables.values()) {
+        if (t.spreads) {
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
   private static String text(JsonNode node, String field) {
     JsonNode value = node.get(field);
     return value == null || value.isNull() ? null : value.asText();
@@ -148,6 +163,8 @@ public final class Snapshot implements Serializable {
     final Candidates wildcard;
     /** M4, B2: an active route to the dynamic routing service. */
     final boolean hasBcn;
+    /** C5, M3: a set of equal options of this table has more than one ({@link Snapshot#spreads}). */
+    final boolean spreads;
 
     Table(List<Route> routes) {
       Map<String, List<Route>> byService = new LinkedHashMap<>();
@@ -169,6 +186,14 @@ public final class Snapshot implements Serializable {
       this.named = named;
       this.wildcard = wild.isEmpty() ? null : new Candidates(wild);
       this.hasBcn = bcn;
+      boolean spreads = wildcard != null && wildcard.spreads();
+      for (Named n : named.values()) {
+        spreads |= n.brokers.size() > 1 || (n.noBroker != null && n.noBroker.spreads());
+        for (Candidates c : n.byBroker.values()) {
+          spreads |= c.spreads();
+        }
+      }
+      this.spreads = spreads;
     }
 
     static final Table EMPTY = new Table(Collections.emptyList());
