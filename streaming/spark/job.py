@@ -9,7 +9,8 @@ The data's path, each step in its module:
    once they are due (D2).
 2. `streaming.spark.snapshot`: before each micro-batch, the route snapshot as the routes and
    mirror roles are now (read incrementally from their compacted topics), and the topics it can
-   route to, created when it changes.
+   route to, created when it changes; `streaming.spark.rotation`: the turn of equal routes (C5,
+   M3), kept from batch to batch with the checkpoint.
 3. `streaming.spark.batch`: the micro-batch is decided (`streaming.spark.decision`) and every record
    it gives (`streaming.spark.output`) written in one Kafka write; its observed metrics tell the
    driver what it needs (`streaming.spark.requests` keeps the MissingRoute requests, B4).
@@ -50,6 +51,7 @@ from streaming.spark.decision import DecisionInputs, Snapshot
 from streaming.spark.output import Destinations
 from streaming.spark.progress import BatchReport, RunTotals, lag, source_offsets
 from streaming.spark.requests import OutstandingRequests
+from streaming.spark.rotation import RotationStore
 from streaming.spark.snapshot import RouteSnapshots
 from streaming.spark.sources import Topology, input_stream, write_options
 from streaming.tables.reader import read_instances
@@ -126,6 +128,7 @@ class RouterJob:
         self._plan: BatchPlan | None = None
         self._plan_key: tuple[object, ...] | None = None
         self._inputs = DecisionInputs(spark)
+        self.rotation = RotationStore(self.checkpoint / "rotation")
         self._answered_at: Snapshot | None = None
         self._warned: set[str] = set()
         self._query: StreamingQuery | None = None
@@ -165,6 +168,7 @@ class RouterJob:
                 "from the last committed offsets (nothing is skipped)",
                 dropped,
             )
+        self.rotation = RotationStore.load(self.checkpoint)
         # A batch runs only when a source has new records (the tick's, at least). Otherwise the
         # state processor's timeouts would make Spark add a batch without data after each one.
         self.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
@@ -351,7 +355,9 @@ class RouterJob:
         plan = self._plan_for(snapshot, batch)
         built = time.monotonic()
         previous = self._inputs.snapshot
-        metrics = plan.run(batch, snapshot, self.requests.pending if snapshot.has_bcn else frozenset())
+        pending = self.requests.pending if snapshot.has_bcn else frozenset()
+        metrics = plan.run(batch, snapshot, pending, self.rotation.counters)
+        self.rotation.advance(batch_id, self._inputs.advanced())  # C5, M3: before Spark commits the batch
         if previous is not None and previous is not snapshot:
             previous.release()  # the batch that used it last has run
         log.debug(

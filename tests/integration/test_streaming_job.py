@@ -9,6 +9,7 @@ import json
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -277,36 +278,22 @@ def test_a_conversation_keeps_its_route_across_batches_and_a_restart(
 ):
     """K2: an unpinned conversation keeps the route of its first message when a route is added.
 
-    c1 and c4 choose between two routes; a third appears; the job is started again from its
+    c1 and c4 take the two routes in turn (C5); a third appears; the job is started again from its
     checkpoint, so the kept choices come back from Spark's state store (and the choices the first
-    run wrote from the choices topic). With three candidates the pick alone would move both
-    conversations (crc32 mod 2 and mod 3 differ for them).
+    run wrote from the choices topic). c6 comes first and takes the new set's first turn: picked
+    anew, c1 and c4 would take the next two, and both would move.
     """
     outbound = topics.outbound_topic("i1", prefix)
-    addresses = ["TCP://a:4022", "TCP://b:4022", "TCP://c:4022"]
-    network = [topics.network_topic(normalize_address(a), prefix) for a in addresses]
-    ensure_topics(kafka_bootstrap, network)
-    for name, address in zip("AB", addresses[:2], strict=True):
-        put_route(
-            kafka_bootstrap,
-            "i1",
-            Route("AW", f"Balanced{name}", address, service="Balanced"),
-            topics.routes_topic(prefix),
-        )
+    network = equal_routes(kafka_bootstrap, prefix, "Balanced", "AB")
     produce(kafka_bootstrap, outbound, [(c, message(c, "Balanced", 0)) for c in ("c1", "c4")])
     assert replay(spark, kafka_bootstrap, prefix, tmp_path).routed == 2
     chosen = read_all(kafka_bootstrap, topics.choices_topic("i1", prefix))
     assert sorted(json.loads(v)["conversation_id"] for _, v in chosen if v is not None) == ["c1", "c4"]
     assert {h["change"] for h, _ in chosen} == {"first"}
 
-    put_route(
-        kafka_bootstrap,
-        "i1",
-        Route("AW", "BalancedC", addresses[2], service="Balanced"),
-        topics.routes_topic(prefix),
-    )
-    produce(kafka_bootstrap, outbound, [(c, message(c, "Balanced", 1)) for c in ("c1", "c4")])
+    network += equal_routes(kafka_bootstrap, prefix, "Balanced", "C")
     produce(kafka_bootstrap, outbound, [("c6", message("c6", "Balanced", 0))])
+    produce(kafka_bootstrap, outbound, [(c, message(c, "Balanced", 1)) for c in ("c1", "c4")])
     job = replay(spark, kafka_bootstrap, prefix, tmp_path)
     assert job.routed == 3
     # c6 chose; c1 and c4 kept theirs, so they wrote nothing new.
@@ -314,14 +301,62 @@ def test_a_conversation_keeps_its_route_across_batches_and_a_restart(
     assert sorted(json.loads(v)["conversation_id"] for _, v in chosen if v is not None) == ["c1", "c4", "c6"]
     assert (tmp_path / "i1" / "query" / "state").is_dir()
 
-    went: dict[str, str] = {}
-    for topic in network:
-        for headers, value in read_all(kafka_bootstrap, topic):
-            went[decode_message(value)["message_id"]] = headers["route"]
+    went = routes_taken(kafka_bootstrap, network)
+    assert (went["c1:0"], went["c4:0"], went["c6:0"]) == ("BalancedA", "BalancedB", "BalancedA")
     assert went["c1:1"] == went["c1:0"]
     assert went["c4:1"] == went["c4:0"]
-    assert {went["c1:0"], went["c4:0"]} <= {"BalancedA", "BalancedB"}
-    assert went["c6:0"] in {"BalancedA", "BalancedB", "BalancedC"}
+
+
+def equal_routes(bootstrap: str, prefix: str, service: str, letters: str) -> list[str]:
+    """Write a route to `service` for each letter X, named service + X, to TCP://x:4022, in the
+    letters' order; return their network topics (created)."""
+    network = []
+    for letter in letters:
+        address = f"TCP://{letter.lower()}:4022"
+        put_route(
+            bootstrap,
+            "i1",
+            Route("AW", service + letter, address, service=service),
+            topics.routes_topic(prefix),
+        )
+        network.append(topics.network_topic(normalize_address(address), prefix))
+    ensure_topics(bootstrap, network)
+    return network
+
+
+def routes_taken(bootstrap: str, network: list[str]) -> dict[str, str]:
+    """The route each message sent to the `network` topics went by, by message id."""
+    went: dict[str, str] = {}
+    for topic in network:
+        for headers, value in read_all(bootstrap, topic):
+            went[decode_message(value)["message_id"]] = headers["route"]
+    return went
+
+
+def test_new_conversations_take_equal_routes_in_turn_and_a_restart_continues_the_turn(
+    spark, kafka_bootstrap, prefix, tmp_path
+):
+    """C5: k x n new conversations use each of n equal routes k times, across a restart.
+
+    Three equal routes; two conversations in a first run, four more in a second run started from
+    the checkpoint: the second run continues the rotation where the first left it (its counters are
+    kept with the checkpoint), so each route is used exactly twice. The routes are written in
+    another order than their identities': the turn follows the identities.
+    """
+    outbound = topics.outbound_topic("i1", prefix)
+    network = equal_routes(kafka_bootstrap, prefix, "Spread", "CAB")
+    produce(kafka_bootstrap, outbound, [(c, message(c, "Spread", 0)) for c in ("n1", "n2")])
+    assert replay(spark, kafka_bootstrap, prefix, tmp_path).routed == 2
+    assert list((tmp_path / "i1" / "query" / "rotation").glob("*.json"))
+    produce(kafka_bootstrap, outbound, [(c, message(c, "Spread", 0)) for c in ("n3", "n4", "n5", "n6")])
+    assert replay(spark, kafka_bootstrap, prefix, tmp_path).routed == 4
+
+    went = routes_taken(kafka_bootstrap, network)
+    # Batch order is partition by partition: which of n1 and n2 came first is the topic's to say.
+    first_run = {went["n1:0"], went["n2:0"]}
+    assert first_run == {"SpreadA", "SpreadB"}
+    # Started again at its first route, the second run would use SpreadA three times.
+    assert Counter(went[f"n{i}:0"] for i in range(1, 7)) == {"SpreadA": 2, "SpreadB": 2, "SpreadC": 2}
 
 
 def test_a_missing_route_is_asked_for_once_until_a_route_for_it_appears(
