@@ -20,6 +20,7 @@ COMMANDS = (
     "replay",
     "resolve",
     "directory",
+    "ddr",
     "demo",
 )
 

@@ -17,3 +17,21 @@ class MalformedRecord(RouterError):
 
 class KafkaUnavailable(RouterError):
     """The broker could not be reached, started or stopped."""
+
+
+ERROR_CHARS = 600
+"""How much of an error's text `short_error` keeps."""
+
+
+def short_error(error: BaseException) -> str:
+    """The first line of an error (a Java one's, for an error from Spark), cut to `ERROR_CHARS`.
+
+    The error a foreachBatch function raises travels back into Spark as text, and Spark matches
+    patterns against it; a whole Java stack trace with the generated code in it overflows that
+    match's stack, which ends the query with a StackOverflowError instead of the error. A person
+    reading a line of progress wants the first line too.
+    """
+    java = getattr(error, "java_exception", None)
+    text = str(java.toString()) if java is not None else f"{type(error).__name__}: {error}"
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return first[:ERROR_CHARS]

@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import base64
 import os
-from collections.abc import Mapping, Sequence
+import signal
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from streaming.config import BOOTSTRAP_ENV, CONFIG_ENV, DEFAULT_BOOTSTRAP, load_connection
@@ -155,3 +159,48 @@ def refuse_skipped(read: TableRead[Any]) -> None:
             f"--strict: expected every record of {read.topic} to be valid, {len(read.skipped)} skipped:\n  "
             f"{listed}\nwrite the key again with a valid value (or a tombstone) to replace each one"
         )
+
+
+def add_service_command(
+    subparsers: Any,
+    name: str,
+    *,
+    help: str,
+    description: str | None,
+    file_help: str,
+    check_help: str,
+    serve_help: str,
+    run_check: Callable[[argparse.Namespace], int],
+    run_serve: Callable[[argparse.Namespace], int],
+) -> argparse.ArgumentParser:
+    """A service's command: `NAME check FILE` and `NAME serve FILE --instance I`; the serve parser.
+
+    The serve parser has the file, `--instance`, the connection and the prefix; add the rest to it.
+    """
+    parser = subparsers.add_parser(
+        name, help=help, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest=f"{name}_command", metavar="ACTION", required=True)
+    check = sub.add_parser("check", help=check_help)
+    check.add_argument("file", metavar="FILE", type=Path, help=file_help)
+    check.set_defaults(func=run_check)
+    serve = sub.add_parser("serve", help=serve_help)
+    serve.add_argument("file", metavar="FILE", type=Path, help=file_help)
+    serve.add_argument("--instance", required=True, help="the instance the service works for")
+    add_kafka_arguments(serve)
+    add_prefix_argument(serve)
+    serve.set_defaults(func=run_serve)
+    return serve
+
+
+def stop_on_signals() -> threading.Event:
+    """An event that Ctrl-C (SIGINT) or SIGTERM sets, saying so on stdout: a service stops on it."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        print(f"{signal.Signals(signum).name}: stopping", flush=True)
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    return stop

@@ -14,40 +14,27 @@ or SIGTERM stops it. See `streaming/directory.py` for the file's format.
 from __future__ import annotations
 
 import argparse
-import signal
-import threading
-from pathlib import Path
-from types import FrameType
 from typing import Any
 
-from streaming.commands.common import add_kafka_arguments, add_prefix_argument, kafka_from
+from streaming.commands.common import add_service_command, kafka_from, stop_on_signals
 
 
 def register(subparsers: Any) -> None:
     """Add `directory` with its `check` and `serve` sub-commands."""
-    parser = subparsers.add_parser(
+    serve = add_service_command(
+        subparsers,
         "directory",
         help="run the dynamic routing service that answers MissingRoute requests (B1-B9)",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        file_help="the directory YAML",
+        check_help="check a directory file and list the services it knows",
+        serve_help="answer the instance's MissingRoute requests from a directory file until stopped",
+        run_check=run_check,
+        run_serve=run_serve,
     )
-    sub = parser.add_subparsers(dest="directory_command", metavar="ACTION", required=True)
-
-    check = sub.add_parser("check", help="check a directory file and list the services it knows")
-    check.add_argument("file", metavar="FILE", type=Path, help="the directory YAML")
-    check.set_defaults(func=run_check)
-
-    serve = sub.add_parser(
-        "serve", help="answer the instance's MissingRoute requests from a directory file until stopped"
-    )
-    serve.add_argument("file", metavar="FILE", type=Path, help="the directory YAML")
-    serve.add_argument("--instance", required=True, help="the instance whose requests to answer")
     serve.add_argument(
         "--group", help="the consumer group that keeps its place (default router-directory-INSTANCE)"
     )
-    add_kafka_arguments(serve)
-    add_prefix_argument(serve)
-    serve.set_defaults(func=run_serve)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -81,14 +68,7 @@ def run_serve(args: argparse.Namespace) -> int:
         group=args.group,
         on_answer=lambda answer: print(answer.line(), flush=True),
     )
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        print(f"{signal.Signals(signum).name}: stopping", flush=True)
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    stop = stop_on_signals()
     print(
         f"answering MissingRoute requests on {', '.join(service.queues)} "
         f"from {args.file} ({len(directory.listings)} service(s)); Ctrl-C stops",

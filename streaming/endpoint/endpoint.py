@@ -33,9 +33,11 @@ per store file; two processes on one store would each resend what the other sent
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -253,12 +255,20 @@ class Endpoint:
     # --- dialogs ------------------------------------------------------------------------------
 
     def begin_dialog(
-        self, service: str, broker_instance: str | None = None, *, lifetime_s: float | None = None
+        self,
+        service: str,
+        broker_instance: str | None = None,
+        *,
+        lifetime_s: float | None = None,
+        conversation_id: str | None = None,
     ) -> Dialog:
         """BEGIN DIALOG to `service`; returns the initiator's side.
 
         `broker_instance` names one database (a GUID, or `CURRENT DATABASE`: this endpoint's own,
         K1); `lifetime_s` is the dialog's lifetime (CL1: none means it never times out).
+        `conversation_id` gives the dialog an id of the caller's (a new random one otherwise): a
+        service that derives it from what it answers begins the same dialog again when it answers
+        again after a crash, and the far side takes the repeated messages as duplicates (A4).
         """
         if not service:
             raise ValueError("expected a target service name, got an empty one")
@@ -271,7 +281,7 @@ class Endpoint:
             else:
                 target = canonical_guid(broker_instance)
         expires = None if lifetime_s is None else self._now_ms() + int(lifetime_s * 1000)
-        conversation_id = str(uuid.uuid4())
+        conversation_id = conversation_id or str(uuid.uuid4())
         self.store.begin(conversation_id, service, target, expires)
         return Dialog(self, conversation_id, True)
 
@@ -291,22 +301,37 @@ class Endpoint:
         """RECEIVE: up to `max_messages` queued messages, waiting at most `timeout_s` for one."""
         deadline = time.monotonic() + timeout_s
         while True:
-            taken = self.store.take(max_messages)
+            taken = self.take(max_messages)
             if taken:
-                return [
-                    Received(
-                        Dialog(self, q.conversation_id, q.initiator),
-                        q.sequence,
-                        q.message_type,
-                        q.body,
-                        q.far_service,
-                    )
-                    for q in taken
-                ]
+                return taken
             left = deadline - time.monotonic()
             if left <= 0:
                 return []
             self.pump(min(left, 0.5))
+
+    def take(self, max_messages: int = 100) -> list[Received]:
+        """RECEIVE what is queued now, without waiting or reading Kafka (see `transaction`)."""
+        return [
+            Received(
+                Dialog(self, q.conversation_id, q.initiator),
+                q.sequence,
+                q.message_type,
+                q.body,
+                q.far_service,
+            )
+            for q in self.store.take(max_messages)
+        ]
+
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        """RECEIVE and what answers it in one transaction of the store (`DialogStore.transaction`).
+
+        Inside it, `take` the messages and send, begin and end dialogs: if the process dies before
+        it ends, the store is as before it, and the messages are taken again at the next start.
+        What was produced meanwhile is produced again with the same ids, duplicates the far side
+        drops (A4), so a dialog begun inside one should have an id derived from what it answers.
+        Do not `receive` or `pump` inside one: what arrives must be committed before it is acked.
+        """
+        return self.store.transaction()
 
     def messages(self, idle_s: float | None = None) -> Iterator[Received]:
         """Every message as it comes; ends after `idle_s` without one (None: never)."""

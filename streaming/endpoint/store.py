@@ -235,7 +235,29 @@ class DialogStore:
         self._db.close()
 
     @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One transaction around several of the store's calls, and the caller's own tables in the file.
+
+        What the store's calls inside it change commits, or rolls back, with it: a service that
+        takes a message and sends what answers it in one transaction never loses the message
+        (Service Broker's RECEIVE and SEND in one transaction). Inside one, a call's own
+        transaction is a savepoint of it.
+        """
+        with self._transaction() as db:
+            yield db
+
+    @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
+        if self._db.in_transaction:
+            self._db.execute("SAVEPOINT nested")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK TO nested")
+                self._db.execute("RELEASE nested")
+                raise
+            self._db.execute("RELEASE nested")
+            return
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield self._db

@@ -41,7 +41,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streaming import topics
 from streaming.config import Settings
-from streaming.errors import RouterError
+from streaming.errors import RouterError, short_error
 from streaming.kafka.admin import create_destination_topics, end_offsets, ensure_topics
 from streaming.kafka.client_log import collapse_outages
 from streaming.rules.model import normalize_address
@@ -64,25 +64,9 @@ STOP_GRACE_S = 60.0
 STOPPED = "router stop requested: the batch was left for the next start"
 """The message of the error a batch raises, before doing anything, once a stop was asked for."""
 
-_ERROR_CHARS = 600
-"""How much of an error's text a failed batch hands back to Spark (see `_short_error`)."""
-
 
 class BatchFailed(RouterError):
     """A micro-batch failed; its message is short, and the full error is in the log."""
-
-
-def _short_error(error: BaseException) -> str:
-    """The first line of a (Java) error, cut to `_ERROR_CHARS`.
-
-    The error a foreachBatch function raises travels back into Spark as text, and Spark matches
-    patterns against it; a whole Java stack trace with the generated code in it overflows that
-    match's stack, which ends the query with a StackOverflowError instead of the error.
-    """
-    java = getattr(error, "java_exception", None)
-    text = str(java.toString()) if java is not None else f"{type(error).__name__}: {error}"
-    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
-    return first[:_ERROR_CHARS]
 
 
 def load_topology(settings: Settings) -> Topology:
@@ -287,7 +271,7 @@ class RouterJob:
     def _raise_if_failed(self, query: StreamingQuery) -> None:
         error = query.exception()
         if error is not None and STOPPED not in str(error):
-            raise RouterError(f"the {self.topology.name} router failed: {_short_error(error)}")
+            raise RouterError(f"the {self.topology.name} router failed: {short_error(error)}")
 
     def _report(self, query: StreamingQuery, on_batch: Callable[[BatchReport], None] | None) -> None:
         """Hand on each batch's report once Spark's progress report of it (the lag) is there."""
@@ -336,7 +320,7 @@ class RouterJob:
         except Exception as error:
             if self._stopping.is_set():
                 raise BatchFailed(STOPPED) from None
-            short = _short_error(error)
+            short = short_error(error)
             log.error("batch %d failed: %s", batch_id, short, exc_info=log.isEnabledFor(logging.DEBUG))
             raise BatchFailed(f"batch {batch_id} failed: {short}") from None
 

@@ -1,0 +1,93 @@
+"""`router ddr`: a data-dependent routing service, sending each conversation where its content says.
+
+    router ddr check routes/ddr/sales.yaml
+    router ddr serve routes/ddr/sales.yaml --instance i1
+
+`check` reads the file and checks its classifier (a Spark SQL expression over the message's
+columns: body, message_type, from_service, conversation_id, sequence_number) on a local Spark
+session. `serve` runs the service: it reads the service's queue on the instance, classifies the
+first message of each dialog begun with it, and forwards the conversation to the service the
+classifier names (or, in redirect mode, answers with that service's name and ends the dialog).
+One line per message answered; Ctrl-C or SIGTERM stops it, and a new start goes on where it
+stopped (the dialogs and their mappings are in the store file). See `streaming/ddr.py` for the
+file's format and what the service does.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from streaming.commands.common import add_service_command, kafka_from, stop_on_signals
+
+
+def register(subparsers: Any) -> None:
+    """Add `ddr` with its `check` and `serve` sub-commands."""
+    serve = add_service_command(
+        subparsers,
+        "ddr",
+        help="run a data-dependent routing service: classify each conversation, forward or redirect it",
+        description=__doc__,
+        file_help="the routing service YAML",
+        check_help="check a routing service file and its classifier (starts Spark)",
+        serve_help="run the routing service on an instance until stopped",
+        run_check=run_check,
+        run_serve=run_serve,
+    )
+    serve.add_argument(
+        "--store",
+        type=Path,
+        help="the service's store file: dialogs and mappings "
+        "(default .state/endpoints/INSTANCE.DATABASE.SERVICE.db)",
+    )
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Parse the file, check the classifier in Spark, and say what the service does."""
+    from streaming.ddr import load_routing_service
+    from streaming.spark.classifier import Classifier
+    from streaming.spark.session import build_session
+
+    config = load_routing_service(args.file)
+    classifier = Classifier(
+        build_session("router-ddr-check", shuffle_partitions=1), config.classifier, str(args.file)
+    )
+    gives = "a service and a broker instance" if classifier.gives_struct else "a service name"
+    print(
+        f"{config.service} in database {config.database}: {config.mode.value}; the classifier gives {gives}"
+    )
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Serve until Ctrl-C or SIGTERM."""
+    from streaming.ddr import RoutingService, classify_with, load_routing_service
+    from streaming.spark.classifier import Classifier
+    from streaming.spark.session import build_session
+
+    config = load_routing_service(args.file)
+    classifier = Classifier(
+        build_session("router-ddr", shuffle_partitions=1), config.classifier, str(args.file)
+    )
+    store = args.store or Path(".state/endpoints") / f"{args.instance}.{config.database}.{config.service}.db"
+    service = RoutingService(
+        kafka_from(args),
+        args.instance,
+        config,
+        classify_with(classifier),
+        store=store,
+        prefix=args.topic_prefix,
+        on_answer=lambda line: print(line, flush=True),
+    )
+    stop = stop_on_signals()
+    print(
+        f"{config.service} ({config.mode.value}) on {service.endpoint.queue}, store {store}; Ctrl-C stops",
+        flush=True,
+    )
+    try:
+        answered = service.serve(stop)
+    finally:
+        service.close()
+    print(f"{answered} message(s) answered", flush=True)
+    return 0
