@@ -53,6 +53,7 @@ from streaming import topics
 from streaming.endpoint import Endpoint
 from streaming.endpoint.endpoint import Dialog, Received
 from streaming.endpoint.protocol import DESCRIPTION_MAX, END_DIALOG, ERROR, RETRY_FIRST_S
+from streaming.endpoint.store import DialogClosed
 from streaming.errors import ConfigError, MalformedRecord
 from streaming.kafka.connection import Kafka
 from streaming.tables.validate import (
@@ -77,6 +78,9 @@ CLASSIFY_FAILED = 1
 """The Error code a routing service ends a dialog with when it cannot classify its first message."""
 FORWARDED_ERROR = 2
 """The Error code of a forwarded error whose own code is the broker's (not > 0, §1.15)."""
+DIALOG_CLOSED = 3
+"""The Error code a routing service ends a conversation with when one of its dialogs cannot carry
+what the other brought (it ended, failed, or its lifetime passed)."""
 _OUTBOUND_IDS = uuid.UUID("0c7e5f2a-4b6d-4e8f-9a1b-3d5c7e9f1a2b")
 """The namespace of outbound dialog ids, derived from the routing service and the inbound dialog."""
 BATCH = 100
@@ -386,13 +390,41 @@ class RoutingService:
                     mode=self.config.mode,
                     target=targets.get(id(message)),
                 )
-                self._do(db, message, mapping, reply, targets.get(id(message)))
-                self.answered += 1
                 line = f"{message.dialog.conversation_id}: {reply.line}"
+                try:
+                    with self.endpoint.transaction():  # a savepoint: this message's steps, or none
+                        self._do(db, message, mapping, reply, targets.get(id(message)))
+                except DialogClosed as exc:
+                    line = (
+                        f"{message.dialog.conversation_id}: {self._close(db, message.dialog, mapping, exc)}"
+                    )
+                self.answered += 1
                 log.info("%s", line)
                 if self.on_answer is not None:
                     self.on_answer(line)
         return len(received)
+
+    def _close(
+        self, db: sqlite3.Connection, here: Dialog, mapping: Mapping | None, error: DialogClosed
+    ) -> str:
+        """End both dialogs of a message that cannot be passed on, with an Error that says why.
+
+        Its other dialog ended, failed or timed out: both end with `DIALOG_CLOSED`, and the mapping goes.
+        """
+        description = f"{self.config.service} cannot pass the conversation on: {error}"[:DESCRIPTION_MAX]
+        sides = [here]
+        if mapping is not None:
+            other = (mapping.outbound, True) if not here.is_initiator else (mapping.inbound, False)
+            found = self.endpoint.dialog(*other)
+            sides += [found] if found is not None else []
+            db.execute("DELETE FROM resolved_conversations WHERE inbound = ?", (mapping.inbound,))
+        for side in sides:
+            try:
+                side.end_with_error(DIALOG_CLOSED, description)
+            except DialogClosed:
+                side.end()  # failed or ended already: it only ends here
+        log.warning("%s: %s", here.conversation_id, description)
+        return f"ended with an error: {description}"
 
     def _mapping(self, db: sqlite3.Connection, dialog: Dialog) -> Mapping | None:
         column = "outbound" if dialog.is_initiator else "inbound"
