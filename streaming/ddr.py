@@ -46,7 +46,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape
 
 from streaming import topics
@@ -66,9 +65,6 @@ from streaming.tables.validate import (
 )
 from streaming.tables.yaml_files import LineDict, entry_mapping, parse_yaml, read_text
 
-if TYPE_CHECKING:
-    from streaming.spark.classifier import Classifier
-
 log = logging.getLogger("streaming.ddr")
 
 SERVICE_FIELDS = ("service", "database", "mode", "classifier", "lifetime_s")
@@ -87,8 +83,13 @@ BATCH = 100
 """Messages taken, classified and answered in one transaction."""
 
 
-Target = tuple[str | None, str | None, str | None]
-"""A first message's classification: (service, broker instance, or why there is no service)."""
+@dataclass(frozen=True)
+class Classification:
+    """Where a first message goes: a service (and maybe a broker instance), or why it cannot go."""
+
+    service: str | None = None
+    broker_instance: str | None = None
+    error: str | None = None
 
 
 class Mode(str, Enum):
@@ -211,14 +212,14 @@ def answer(
     error: tuple[int, str] | None,
     mapping: Mapping | None,
     mode: Mode,
-    target: Target | None = None,
+    target: Classification | None = None,
 ) -> Answer:
     """What routing service `service` does with a message (see the module docstring).
 
     `inbound`: the message came on a dialog an initiator began with the service; else on an
     outbound dialog the service began. `error` is an Error's code and description; `mapping` the
-    dialog's mapping, if any; `target` the first message's classification (service, broker
-    instance, or the reason it has none), given only when the message needs one.
+    dialog's mapping, if any; `target` the first message's classification, given only when the
+    message needs one.
     """
     end, failed = message_type == END_DIALOG, message_type == ERROR
     if inbound:
@@ -235,7 +236,7 @@ def answer(
             return Answer((Step(Act.SEND_OUT),), f"forwarded to {mapping.service}")
         if target is None:
             raise ValueError("a first message needs its classification")
-        to, _, reason = target
+        to, reason = target.service, target.error
         if to is None:
             description = f"{service} could not route the conversation: {reason}"[:DESCRIPTION_MAX]
             return Answer((Step(Act.FAIL_IN, CLASSIFY_FAILED, description),), f"not routed: {reason}")
@@ -292,20 +293,6 @@ def parse_redirect(body: bytes) -> tuple[str, str | None]:
 # --- the service -------------------------------------------------------------------------------
 
 
-def classify_with(classifier: Classifier) -> Callable[[Sequence[Received]], list[Target]]:
-    """A routing service's `classify`, by a classifier expression run in Spark (JVM)."""
-    from streaming.spark.classifier import ClassifierInput
-
-    def classify(received: Sequence[Received]) -> list[Target]:
-        rows = [
-            ClassifierInput(m.dialog.conversation_id, m.sequence, m.message_type, m.far_service, m.body)
-            for m in received
-        ]
-        return [(c.service, c.broker_instance, c.error) for c in classifier.classify(rows)]
-
-    return classify
-
-
 _MAPPINGS = (
     "CREATE TABLE IF NOT EXISTS resolved_conversations (inbound TEXT PRIMARY KEY, "
     "outbound TEXT NOT NULL UNIQUE, service TEXT NOT NULL, broker_instance TEXT)"
@@ -317,7 +304,7 @@ class RoutingService:
     """A data-dependent routing service of one instance (see the module docstring).
 
     `classify` classifies a batch of first messages (`streaming.spark.classifier.Classifier`'s
-    `classify`, or any function alike); `serve(stop)` answers until `stop` is set.
+    `classify_received`, or any function alike); `serve(stop)` answers until `stop` is set.
     """
 
     def __init__(
@@ -325,7 +312,7 @@ class RoutingService:
         kafka: Kafka,
         instance: str,
         config: RoutingServiceConfig,
-        classify: Callable[[Sequence[Received]], Sequence[Target]],
+        classify: Callable[[Sequence[Received]], Sequence[Classification]],
         *,
         store: str | Path,
         prefix: str = topics.DEFAULT_PREFIX,
@@ -366,14 +353,13 @@ class RoutingService:
             received = self.endpoint.take(BATCH)
             if not received:
                 return 0
-            mappings = {m.dialog.conversation_id: self._mapping(db, m.dialog) for m in received}
             firsts = [
                 m
                 for m in received
                 if not m.dialog.is_initiator
-                and mappings[m.dialog.conversation_id] is None
                 and m.message_type not in (END_DIALOG, ERROR)
                 and not m.is_timer
+                and self._mapping(db, m.dialog) is None
             ]
             targets = dict(zip((id(m) for m in firsts), self.classify(firsts), strict=True))
             for message in received:
@@ -417,7 +403,7 @@ class RoutingService:
             other = (mapping.outbound, True) if not here.is_initiator else (mapping.inbound, False)
             found = self.endpoint.dialog(*other)
             sides += [found] if found is not None else []
-            db.execute("DELETE FROM resolved_conversations WHERE inbound = ?", (mapping.inbound,))
+            _forget(db, mapping)
         for side in sides:
             try:
                 side.end_with_error(DIALOG_CLOSED, description)
@@ -441,7 +427,7 @@ class RoutingService:
         message: Received,
         mapping: Mapping | None,
         reply: Answer,
-        target: Target | None,
+        target: Classification | None,
     ) -> None:
         endpoint = self.endpoint
         here = message.dialog
@@ -451,8 +437,8 @@ class RoutingService:
             inbound = inbound or endpoint.dialog(mapping.inbound, False)
             outbound = outbound or endpoint.dialog(mapping.outbound, True)
         for step in reply.steps:
-            if step.act is Act.BEGIN and target is not None and target[0] is not None:
-                service, broker = target[0], target[1]
+            if step.act is Act.BEGIN and target is not None and target.service is not None:
+                service, broker = target.service, target.broker_instance
                 begun = endpoint.begin_dialog(
                     service,
                     broker,
@@ -471,8 +457,8 @@ class RoutingService:
                 outbound.send(message.body, message.message_type)
             elif step.act is Act.SEND_IN and inbound is not None:
                 inbound.send(message.body, message.message_type)
-            elif step.act is Act.REDIRECT and inbound is not None and target is not None and target[0]:
-                inbound.send(redirect_body(target[0], target[1]), REDIRECT_MESSAGE_TYPE)
+            elif step.act is Act.REDIRECT and inbound is not None and target is not None and target.service:
+                inbound.send(redirect_body(target.service, target.broker_instance), REDIRECT_MESSAGE_TYPE)
             elif step.act is Act.END_OUT and outbound is not None:
                 outbound.end()
             elif step.act is Act.END_IN and inbound is not None:
@@ -482,4 +468,9 @@ class RoutingService:
             elif step.act is Act.FAIL_IN and inbound is not None:
                 inbound.end_with_error(step.code, step.description)
             elif step.act is Act.FORGET and mapping is not None:
-                db.execute("DELETE FROM resolved_conversations WHERE inbound = ?", (mapping.inbound,))
+                _forget(db, mapping)
+
+
+def _forget(db: sqlite3.Connection, mapping: Mapping) -> None:
+    """Remove a mapping: its dialogs ended, or are ending in this transaction."""
+    db.execute("DELETE FROM resolved_conversations WHERE inbound = ?", (mapping.inbound,))

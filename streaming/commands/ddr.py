@@ -62,7 +62,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_serve(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C or SIGTERM."""
-    from streaming.ddr import RoutingService, classify_with, load_routing_service
+    from streaming.ddr import RoutingService, load_routing_service
     from streaming.spark.classifier import Classifier
     from streaming.spark.session import build_session
 
@@ -75,7 +75,7 @@ def run_serve(args: argparse.Namespace) -> int:
         kafka_from(args),
         args.instance,
         config,
-        classify_with(classifier),
+        classifier.classify_received,
         store=store,
         prefix=args.topic_prefix,
         on_answer=lambda line: print(line, flush=True),

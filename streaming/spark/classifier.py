@@ -13,7 +13,8 @@ broker instance names one database, R3). For example, for XML and JSON bodies:
 `Classifier` checks the expression against the columns once (a typo is refused when the service
 starts, naming the expression), then classifies a batch of first messages in one Spark job. A
 message whose classification fails (the expression raises on its body) or gives nothing (null or
-an empty name) gets a `Classification` with the reason instead: it never stops the others.
+an empty name) gets a `streaming.ddr.Classification` with the reason instead: it never stops the
+others.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
+from streaming.ddr import Classification
+from streaming.endpoint.endpoint import Received
 from streaming.errors import ConfigError, short_error
 from streaming.rules.model import canonical_guid
 from streaming.spark.decider import local_frame
@@ -43,15 +46,6 @@ CLASSIFIER_SCHEMA = StructType(
 """The columns a classifier reads."""
 
 TARGET = "target"
-
-
-@dataclass(frozen=True)
-class Classification:
-    """Where one message goes: a service (and maybe a broker instance), or why it cannot go."""
-
-    service: str | None = None
-    broker_instance: str | None = None
-    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -105,16 +99,25 @@ class Classifier:
             return []
         try:
             return [self._read(row) for row in self._run(messages)]
-        except Exception:  # noqa: BLE001 (one message's failure: classify them one by one)
+        except Exception as exc:  # noqa: BLE001 (a message's failure: classify them one by one)
             if len(messages) == 1:
-                return [self._one(messages[0])]
+                return [_failed(exc)]
             return [self._one(m) for m in messages]
+
+    def classify_received(self, received: Sequence[Received]) -> list[Classification]:
+        """`classify` the messages a routing service received (`streaming.ddr.RoutingService`)."""
+        return self.classify(
+            [
+                ClassifierInput(m.dialog.conversation_id, m.sequence, m.message_type, m.far_service, m.body)
+                for m in received
+            ]
+        )
 
     def _one(self, message: ClassifierInput) -> Classification:
         try:
             return self._read(self._run([message])[0])
         except Exception as exc:  # noqa: BLE001 (the expression raised on this message)
-            return Classification(error=f"the classifier failed: {short_error(exc)}")
+            return _failed(exc)
 
     def _run(self, messages: Sequence[ClassifierInput]) -> list[Row]:
         frame = local_frame(self.spark, [m.row() for m in messages], CLASSIFIER_SCHEMA)
@@ -142,3 +145,8 @@ class Classifier:
                     error=f"the classifier gave a broker instance that is not a GUID: {broker!r}"
                 )
         return Classification(service)
+
+
+def _failed(error: BaseException) -> Classification:
+    """The classification of a message the expression raised on."""
+    return Classification(error=f"the classifier failed: {short_error(error)}")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from streaming.ddr import Classification
 from streaming.errors import ConfigError
-from streaming.spark.classifier import Classification, Classifier, ClassifierInput
+from streaming.spark.classifier import Classifier, ClassifierInput
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,6 @@ from streaming.ddr import (
     CLASSIFY_FAILED,
     REDIRECT_MESSAGE_TYPE,
     RoutingService,
-    classify_with,
     parse_redirect,
     parse_routing_service,
 )
@@ -207,7 +206,7 @@ def test_routing_services_forward_and_redirect_by_what_messages_hold(
     def routing_service(text: str, database: str = "Sales") -> Callable[[threading.Event], object]:
         """A routing service, made, served and closed by the thread that runs it."""
         config = replace(parse_routing_service(text, "ddr.yaml"), database=database)
-        classify = classify_with(Classifier(spark, config.classifier))
+        classify = Classifier(spark, config.classifier).classify_received
 
         def serve(stop: threading.Event) -> None:
             service = RoutingService(

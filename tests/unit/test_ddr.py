@@ -10,6 +10,7 @@ from streaming.ddr import (
     CLASSIFY_FAILED,
     FORWARDED_ERROR,
     Act,
+    Classification,
     Mapping,
     Mode,
     answer,
@@ -65,7 +66,7 @@ def test_a_first_message_is_classified_then_forwarded_on_a_new_dialog() -> None:
         error=None,
         mapping=None,
         mode=Mode.FORWARD,
-        target=("SalesEast", None, None),
+        target=Classification("SalesEast"),
     )
     assert got == [Act.BEGIN, Act.SEND_OUT]
 
@@ -119,7 +120,7 @@ def test_a_message_the_classifier_cannot_place_ends_its_dialog_with_the_reason()
         error=None,
         mapping=None,
         mode=Mode.FORWARD,
-        target=(None, None, "the classifier gave no service"),
+        target=Classification(error="the classifier gave no service"),
     )
     (fail,) = reply.steps
     assert (fail.act, fail.code) == (Act.FAIL_IN, CLASSIFY_FAILED)
@@ -133,7 +134,7 @@ def test_redirect_mode_answers_with_the_target_and_ends() -> None:
         error=None,
         mapping=None,
         mode=Mode.REDIRECT,
-        target=("SalesWest", None, None),
+        target=Classification("SalesWest"),
     )
     assert got == [Act.REDIRECT, Act.END_IN]
     guid = "5fb8d92b-ed69-4c80-afbb-2aa6a7d3cb2d"
