@@ -243,11 +243,6 @@ class DialogStore:
         (Service Broker's RECEIVE and SEND in one transaction). Inside one, a call's own
         transaction is a savepoint of it.
         """
-        with self._transaction() as db:
-            yield db
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
         if self._db.in_transaction:
             self._db.execute("SAVEPOINT nested")
             try:
@@ -286,7 +281,7 @@ class DialogStore:
 
         A broker instance named here is not a pin: the first ack still pins the dialog (A2).
         """
-        with self._transaction() as db:
+        with self.transaction() as db:
             db.execute(
                 "INSERT INTO dialogs (conversation_id, initiator, far_service, far_broker_instance, "
                 "expires_ms) VALUES (?, 1, ?, ?, ?)",
@@ -319,7 +314,7 @@ class DialogStore:
         EndDialog marks this side ended (CL3). Committed before the caller produces it.
         """
         ending = message_type == END_DIALOG
-        with self._transaction() as db:
+        with self.transaction() as db:
             row = self.sendable(side, now_ms, answering_end=ending)
             self._transmit(db, row, message_type, body, now_ms, due_ms)
             if ending:
@@ -329,7 +324,7 @@ class DialogStore:
 
     def end_with_error(self, side: Side, now_ms: int, due_ms: int, body: bytes) -> tuple[DialogRow, int]:
         """END CONVERSATION WITH ERROR: drop what is unacked, then send the Error (CL3)."""
-        with self._transaction() as db:
+        with self.transaction() as db:
             row = self.sendable(side, now_ms)
             _delete(db, "transmission", side)
             self._transmit(db, row, ERROR, body, now_ms, due_ms)
@@ -352,7 +347,7 @@ class DialogStore:
 
     def end_locally(self, side: Side, now_ms: int) -> bool:
         """End a dialog side that sends nothing more (it failed); return whether it was held here."""
-        with self._transaction() as db:
+        with self.transaction() as db:
             found = db.execute(
                 f"UPDATE dialogs SET local_ended = 1 WHERE {_SIDE}", side_params(side)
             ).rowcount
@@ -362,7 +357,7 @@ class DialogStore:
 
     def set_timer(self, side: Side, due_ms: int) -> None:
         """BEGIN CONVERSATION TIMER: one per side, a new one replaces the old (CL4)."""
-        with self._transaction() as db:
+        with self.transaction() as db:
             if self.dialog(side) is None:
                 raise DialogClosed(f"dialog {side[0]} is not open here")
             db.execute(
@@ -381,7 +376,7 @@ class DialogStore:
         """
         acks: dict[Side, AckDue] = {}
         counts = ArrivalCounts()
-        with self._transaction() as db:
+        with self.transaction() as db:
             for message in messages:
                 side = (message.conversation_id, not message.from_initiator)
                 if message.sequence == UNSEQUENCED:
@@ -429,7 +424,7 @@ class DialogStore:
         database's broker instance (A2).
         """
         freed = 0
-        with self._transaction() as db:
+        with self.transaction() as db:
             for ack in messages:
                 side = (ack.conversation_id, not ack.from_initiator)
                 row = self.dialog(side)
@@ -519,7 +514,7 @@ class DialogStore:
 
     def resent(self, pending: list[tuple[Pending, int]]) -> None:
         """Record that these messages were sent again, each with its next due time."""
-        with self._transaction() as db:
+        with self.transaction() as db:
             db.executemany(
                 f"UPDATE transmission SET resends = resends + 1, due_ms = ? WHERE {_SIDE} AND sequence = ?",
                 [(due, p.conversation_id, int(p.initiator), p.sequence) for p, due in pending],
@@ -538,7 +533,7 @@ class DialogStore:
         ).fetchall()
         if not expired:
             return 0
-        with self._transaction() as db:
+        with self.transaction() as db:
             for raw in expired:
                 row = _dialog(raw)
                 text = "the dialog's lifetime has passed"
@@ -565,7 +560,7 @@ class DialogStore:
         ).fetchall()
         if not due:
             return 0
-        with self._transaction() as db:
+        with self.transaction() as db:
             for conversation_id, initiator, far_service in due:
                 side = (str(conversation_id), bool(initiator))
                 _delete(db, "timers", side)
@@ -574,7 +569,7 @@ class DialogStore:
 
     def forget_ended(self, now_ms: int) -> int:
         """Forget dialogs that ended more than `ENDED_MEMORY_S` ago."""
-        with self._transaction() as db:
+        with self.transaction() as db:
             return db.execute("DELETE FROM ended WHERE forget_ms <= ?", (now_ms,)).rowcount
 
     # --- the service's queue ------------------------------------------------------------------
@@ -585,7 +580,7 @@ class DialogStore:
         §1.15's receive order: a DialogTimer before any other message, an Error before any other
         but a DialogTimer, the rest (EndDialog included) in the order they were taken.
         """
-        with self._transaction() as db:
+        with self.transaction() as db:
             rows = db.execute(
                 "SELECT position, conversation_id, initiator, sequence, message_type, body, far_service "
                 "FROM queue ORDER BY CASE message_type WHEN ? THEN 0 WHEN ? THEN 1 ELSE 2 END, position "
