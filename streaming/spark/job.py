@@ -340,8 +340,10 @@ class RouterJob:
         built = time.monotonic()
         previous = self._inputs.snapshot
         pending = self.requests.pending if snapshot.has_bcn else frozenset()
-        metrics = plan.run(batch, snapshot, pending, self.rotation.counters)
-        self.rotation.advance(batch_id, self._inputs.advanced())  # C5, M3: before Spark commits the batch
+        spreads = snapshot.flags.spreads  # C5, M3: only then can a pick turn a counter
+        metrics = plan.run(batch, snapshot, pending, self.rotation.counters if spreads else None)
+        if spreads:
+            self.rotation.advance(batch_id, self._inputs.advanced())  # before Spark commits the batch
         if previous is not None and previous is not snapshot:
             previous.release()  # the batch that used it last has run
         log.debug(
