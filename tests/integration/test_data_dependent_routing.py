@@ -66,6 +66,9 @@ routing_service:
 """
 RETRY_S = 1.0
 """Endpoints resend after a second: the tests wait less for what a slow first batch left unacked."""
+WAIT_S = 300.0
+"""How long one step may wait for its answer: four trips through the router's job, each a micro-batch,
+on a machine that may be running other Spark tests beside this one."""
 
 
 def xml(region: str, extra: str = "") -> bytes:
@@ -140,9 +143,11 @@ class Running:
 class Initiator:
     """The initiator's endpoint, and what arrived on each of its dialogs."""
 
-    def __init__(self, endpoint: Endpoint, running: Running) -> None:
+    def __init__(self, endpoint: Endpoint, running: Running, state: Callable[[], str]) -> None:
         self.endpoint = endpoint
         self.running = running
+        self.state = state
+        """What the other parts did, for a failure's message."""
         self.got: dict[str, list[Received]] = {}
 
     def begin(self, service: str, body: bytes) -> Dialog:
@@ -150,17 +155,17 @@ class Initiator:
         dialog.send(body)
         return dialog
 
-    def until(self, done: Callable[[], bool], what: str, timeout_s: float = 180) -> None:
+    def until(self, done: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
         """Keep the initiator's endpoint working (acks, resends) until `done`."""
         deadline = time.monotonic() + timeout_s
         while not done():
-            assert time.monotonic() < deadline, f"waited {timeout_s} s for {what}"
+            assert time.monotonic() < deadline, f"waited {timeout_s} s for {what}; {self.state()}"
             self.running.check()
             for m in self.endpoint.receive(timeout_s=0.5):
                 self.got.setdefault(m.dialog.conversation_id, []).append(m)
 
     def wait(
-        self, dialog: Dialog, what: Callable[[list[Received]], bool], timeout_s: float = 180
+        self, dialog: Dialog, what: Callable[[list[Received]], bool], timeout_s: float = WAIT_S
     ) -> list[Received]:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -171,7 +176,9 @@ class Initiator:
             if what(got):
                 return got
         got = self.got.get(dialog.conversation_id)
-        raise AssertionError(f"dialog {dialog.conversation_id}: waited {timeout_s} s; got {got}")
+        raise AssertionError(
+            f"dialog {dialog.conversation_id}: waited {timeout_s} s; got {got}; {self.state()}"
+        )
 
 
 def types(messages: list[Received]) -> list[str]:
@@ -239,7 +246,14 @@ def test_routing_services_forward_and_redirect_by_what_messages_hold(
     )
     regions = {r: Region(r, endpoint) for r in REGIONS}
     forwarder, redirector = routing_service(FORWARD), routing_service(REDIRECT)
-    initiator = Initiator(endpoint("AW", "InitiatorService"), running)
+
+    def state() -> str:
+        received = {r: [(c[:8], t) for c, t, _ in region.got] for r, region in regions.items()}
+        return (
+            f"the job ran {job.batches} batches; the routing services: {answers}; the regions got: {received}"
+        )
+
+    initiator = Initiator(endpoint("AW", "InitiatorService"), running, state)
     try:
         running.start(job.run)
         for region in regions.values():

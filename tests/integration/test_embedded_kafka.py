@@ -158,7 +158,6 @@ def test_stop_is_clean_and_a_restart_keeps_the_data(tmp_path: Path) -> None:
     started = broker.start()
     try:
         assert not started.already_running
-        assert started.seconds < 30
         again = EmbeddedKafka(tmp_path).start()  # another handle on the same state dir, as the CLI has
         assert (again.already_running, again.pid, again.bootstrap) == (True, started.pid, started.bootstrap)
         ensure_topics(started.bootstrap, ["kept"])
