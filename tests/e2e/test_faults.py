@@ -220,6 +220,8 @@ def test_five_kills_at_random_moments_lose_nothing(
     final = assert_every_message_accounted_for(
         kafka_bootstrap, prefix, traffic, max_copies=1 + kills, late_delayed=True
     )
+    # The conversations' kept choices are in Spark's state store, saved with the query's checkpoint.
+    assert (tmp_path / "checkpoint" / "query" / "state").is_dir()
     copies = sum(count - 1 for count in final.values())
     # A kill can repeat at most the micro-batch in flight: its messages, and the delayed ones it released.
     assert copies <= kills * (per_trigger + len(traffic.late)), copies
