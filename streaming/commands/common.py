@@ -6,6 +6,7 @@ import argparse
 import base64
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
@@ -173,7 +174,7 @@ def add_service_command(
     run_check: Callable[[argparse.Namespace], int],
     run_serve: Callable[[argparse.Namespace], int],
 ) -> argparse.ArgumentParser:
-    """A service's command: `NAME check FILE` and `NAME serve FILE --instance I`; the serve parser.
+    """A service's command: `NAME check FILE...` and `NAME serve FILE --instance I`; the serve parser.
 
     The serve parser has the file, `--instance`, the connection and the prefix; add the rest to it.
     """
@@ -182,7 +183,7 @@ def add_service_command(
     )
     sub = parser.add_subparsers(dest=f"{name}_command", metavar="ACTION", required=True)
     check = sub.add_parser("check", help=check_help)
-    check.add_argument("file", metavar="FILE", type=Path, help=file_help)
+    check.add_argument("files", metavar="FILE", type=Path, nargs="+", help=f"{file_help} (one or more)")
     check.set_defaults(func=run_check)
     serve = sub.add_parser("serve", help=serve_help)
     serve.add_argument("file", metavar="FILE", type=Path, help=file_help)
@@ -191,6 +192,23 @@ def add_service_command(
     add_prefix_argument(serve)
     serve.set_defaults(func=run_serve)
     return serve
+
+
+def check_each(command: str, files: list[Path], check: Callable[[Path], str]) -> int:
+    """Run `check` on each file and print what it says; return 0 when all passed, else 2.
+
+    A file that fails is named on stderr with its error, and the files after it are still checked.
+    """
+    failed = 0
+    for file in files:
+        try:
+            print(check(file), flush=True)
+        except RouterError as exc:
+            print(f"router {command} check: error: {exc}", file=sys.stderr, flush=True)
+            failed += 1
+    if failed and len(files) > 1:
+        print(f"router {command} check: {failed} of {len(files)} file(s) failed", file=sys.stderr)
+    return 2 if failed else 0
 
 
 def stop_on_signals() -> threading.Event:

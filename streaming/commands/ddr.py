@@ -1,6 +1,6 @@
 """`router ddr`: a data-dependent routing service, sending each conversation where its content says.
 
-    router ddr check routes/ddr/sales.yaml
+    router ddr check routes/ddr/sales.yaml [MORE.yaml ...]
     router ddr serve routes/ddr/sales.yaml --instance i1
 
 `check` reads the file and checks its classifier (a Spark SQL expression over the message's
@@ -19,7 +19,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from streaming.commands.common import add_service_command, kafka_from, stop_on_signals
+from streaming.commands.common import add_service_command, check_each, kafka_from, stop_on_signals
 
 
 def register(subparsers: Any) -> None:
@@ -44,20 +44,21 @@ def register(subparsers: Any) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    """Parse the file, check the classifier in Spark, and say what the service does."""
+    """Parse each file, check its classifier in Spark (one session for all), and say what it does."""
     from streaming.ddr import load_routing_service
     from streaming.spark.classifier import Classifier
     from streaming.spark.session import build_session
 
-    config = load_routing_service(args.file)
-    classifier = Classifier(
-        build_session("router-ddr-check", shuffle_partitions=1), config.classifier, str(args.file)
-    )
-    gives = "a service and a broker instance" if classifier.gives_struct else "a service name"
-    print(
-        f"{config.service} in database {config.database}: {config.mode.value}; the classifier gives {gives}"
-    )
-    return 0
+    spark = build_session("router-ddr-check", shuffle_partitions=1)
+
+    def check(file: Path) -> str:
+        config = load_routing_service(file)
+        classifier = Classifier(spark, config.classifier, str(file))
+        gives = "a service and a broker instance" if classifier.gives_struct else "a service name"
+        mode = config.mode.value
+        return f"{config.service} in database {config.database}: {mode}; the classifier gives {gives}"
+
+    return check_each("ddr", args.files, check)
 
 
 def run_serve(args: argparse.Namespace) -> int:

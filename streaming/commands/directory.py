@@ -14,9 +14,10 @@ or SIGTERM stops it. See `streaming/directory.py` for the file's format.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
-from streaming.commands.common import add_service_command, kafka_from, stop_on_signals
+from streaming.commands.common import add_service_command, check_each, kafka_from, stop_on_signals
 
 
 def register(subparsers: Any) -> None:
@@ -38,17 +39,20 @@ def register(subparsers: Any) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    """Parse the file; print each service with the route it would get."""
+    """Parse each file; print each service with the route it would get."""
     from streaming.directory import load_directory
 
-    directory = load_directory(args.file)
-    for service, listing in sorted(directory.listings.items()):
-        route = listing.route
-        extra = "" if route.broker_instance is None else f" broker_instance {route.broker_instance}"
-        lifetime = "" if listing.lifetime_s is None else f" for {listing.lifetime_s:g} s"
-        print(f"{service}: {route.address}{extra}{lifetime}")
-    print(f"{args.file}: {len(directory.listings)} service(s)")
-    return 0
+    def check(file: Path) -> str:
+        directory = load_directory(file)
+        lines = []
+        for service, listing in sorted(directory.listings.items()):
+            route = listing.route
+            extra = "" if route.broker_instance is None else f" broker_instance {route.broker_instance}"
+            lifetime = "" if listing.lifetime_s is None else f" for {listing.lifetime_s:g} s"
+            lines.append(f"{service}: {route.address}{extra}{lifetime}")
+        return "\n".join([*lines, f"{file}: {len(directory.listings)} service(s)"])
+
+    return check_each("directory", args.files, check)
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
+from streaming.cli import main
 from streaming.directory import parse_directory, requested_service, route_name
 from streaming.errors import ConfigError, MalformedRecord
 from streaming.tables.records import RequestRecord, RequestRecords
+
+ROOT = Path(__file__).resolve().parents[2]
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 GUID = "5fb8d92b-ed69-4c80-afbb-2aa6a7d3cb2d"
@@ -98,3 +102,17 @@ def test_a_request_record_names_its_dialog_and_reads_back() -> None:
     assert (asked.asked, asked.request_id, asked.answer) == (True, None, None)
     with pytest.raises(ConfigError):
         RequestRecords().row_value("k", b"[1, 2]")
+
+
+def test_directory_check_reads_every_file_and_names_the_one_that_fails(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("services:\n  - {service: Billing}\n", encoding="utf-8")
+    sample = ROOT / "routes" / "directory" / "directory.yaml"
+    assert main(["directory", "check", str(sample)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"{sample}: 2 service(s)"
+
+    assert main(["directory", "check", str(bad), str(sample)]) == 2
+    out, err = capsys.readouterr()
+    assert "Billing: TCP://billing.example:4022" in out and f"{sample}: 2 service(s)" in out
+    assert f"router directory check: error: {bad}" in err
+    assert "1 of 2 file(s) failed" in err
