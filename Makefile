@@ -18,11 +18,10 @@ setup: ## create .venv, install Python deps, copy the Kafka and Spark jars, comp
 demo: setup ## run the demo: broker, routes, messages routed end to end by the Spark job
 	$(BIN)/router demo
 
-test: setup ## run all tests: unit, integration (real Kafka broker, Spark) and e2e; then the fault tier
-	@# --durations: the slowest tests are named at the end of each tier, to keep the suite's time in view.
-	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "not fault" --durations=15
-	@# The fault tier on its own: its minutes-long runs would slow the timing of the tests beside them.
-	$(BIN)/pytest -q -n $(TEST_WORKERS) -m fault --durations=5
+test: setup ## run all tests: unit, integration (real Kafka broker, Spark), e2e and the fault tier
+	@# One session, the longest tests first (tests/conftest.py orders them), so that short tests fill
+	@# the workers' gaps at the end. --durations names the slowest, to keep the suite's time in view.
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --durations=20
 
 test-unit: setup ## run the unit tests only (no Kafka, no Spark: seconds)
 	$(BIN)/pytest -q tests/unit

@@ -85,3 +85,22 @@ def spark(kafka_bootstrap: str):  # type: ignore[no-untyped-def]
     session = build_session("router-tests", shuffle_partitions=1)
     yield session
     session.stop()
+
+
+# --- order ------------------------------------------------------------------------------------------
+
+COST_ORDER = ("fault", "e2e", "integration")
+"""Markers by the minutes their tests take, longest first: `make test` runs one pytest-xdist session,
+whose workers take tests in collection order, so the long ones start first and the short ones fill
+the gaps at the end (instead of one worker running a ten-minute test alone)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order the tests longest tier first (`COST_ORDER`), keeping the files' order within a tier."""
+
+    def rank(item: pytest.Item) -> int:
+        return next(
+            (n for n, marker in enumerate(COST_ORDER) if item.get_closest_marker(marker)), len(COST_ORDER)
+        )
+
+    items.sort(key=rank)

@@ -235,7 +235,7 @@ def test_sigint_and_sigterm_mid_stream_stop_cleanly_and_a_restart_loses_nothing(
     prefix = namespace(kafka_bootstrap)
     traffic = send_traffic(kafka_bootstrap, prefix, 20_000, garbage=100)
     put_route(kafka_bootstrap, "i1", Route("AW", "Late", LATE, service="Late"), topics.routes_topic(prefix))
-    settings = settings_file(tmp_path, kafka_bootstrap, prefix, per_trigger=1_000)
+    settings = settings_file(tmp_path, kafka_bootstrap, prefix, per_trigger=2_500)
     log = tmp_path / "router.log"
     names = list(destinations(prefix).values())
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -267,7 +267,7 @@ def test_a_broker_stopped_and_started_mid_stream_loses_nothing(
             prefix = namespace(bootstrap)
             traffic = send_traffic(bootstrap, prefix, 20_000)
             put_route(bootstrap, "i1", Route("AW", "Late", LATE, service="Late"), topics.routes_topic(prefix))
-            settings = settings_file(tmp_path, bootstrap, prefix, per_trigger=1_000)
+            settings = settings_file(tmp_path, bootstrap, prefix, per_trigger=2_500)
             log = tmp_path / "router.log"
             names = list(destinations(prefix).values())
             router = start_router(settings, log, started)
