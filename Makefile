@@ -20,8 +20,9 @@ demo: setup ## run the demo: broker, routes, messages routed end to end by the S
 
 test: setup ## run all tests: unit, integration (real Kafka broker, Spark), e2e and the fault tier
 	@# One session, the longest tests first (tests/conftest.py orders them), so that short tests fill
-	@# the workers' gaps at the end. --durations names the slowest, to keep the suite's time in view.
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --durations=20
+	@# the workers' gaps at the end; --maxschedchunk 1: a worker takes the next test when it is free
+	@# (in chunks, the first worker would get every fault test). --durations names the slowest.
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk 1 --durations=20
 
 test-unit: setup ## run the unit tests only (no Kafka, no Spark: seconds)
 	$(BIN)/pytest -q tests/unit

@@ -90,9 +90,10 @@ def spark(kafka_bootstrap: str):  # type: ignore[no-untyped-def]
 # --- order ------------------------------------------------------------------------------------------
 
 COST_ORDER = ("fault", "e2e", "integration")
-"""Markers by the minutes their tests take, longest first: `make test` runs one pytest-xdist session,
-whose workers take tests in collection order, so the long ones start first and the short ones fill
-the gaps at the end (instead of one worker running a ten-minute test alone)."""
+"""Markers by the minutes their tests take, longest first: `make test` runs one pytest-xdist session
+whose workers take the next test in collection order when they are free (`--maxschedchunk 1`), so
+the long ones start first and the short ones fill the gaps at the end (instead of one worker running
+a ten-minute test alone while the other has finished)."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
