@@ -9,6 +9,7 @@ minutes; they carry the `fault` marker (`pytest -m "not fault"` leaves them out)
 from __future__ import annotations
 
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -245,7 +246,11 @@ def test_sigint_and_sigterm_mid_stream_stop_cleanly_and_a_restart_loses_nothing(
         output = stop(router, log, sig)
         assert f"{sig.name}: stopping after the micro-batch in flight" in output
         assert "stopped between micro-batches" in output
+        # Then this run's totals: what it routed before the stop.
+        after_stop = output.rsplit("stopped between micro-batches", 1)[1]
+        assert re.search(r"batch\(es\): [\d,]+ messages routed", after_stop), output[-3000:]
         assert "Traceback" not in output and "StackOverflowError" not in output, output[-3000:]
+        assert "Exception" not in output, output[-3000:]
     assert written(kafka_bootstrap, names) < 20_000 + 100, "the stops were meant to interrupt the stream"
     router = start_router(settings, log, started)
     wait_for(lambda: accounted(kafka_bootstrap, prefix, traffic), 300, "every message", router, log)
