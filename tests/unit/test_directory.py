@@ -104,7 +104,9 @@ def test_a_request_record_names_its_dialog_and_reads_back() -> None:
         RequestRecords().row_value("k", b"[1, 2]")
 
 
-def test_directory_check_reads_every_file_and_names_the_one_that_fails(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_directory_check_reads_every_file_and_names_the_one_that_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("services:\n  - {service: Billing}\n", encoding="utf-8")
     sample = ROOT / "routes" / "directory" / "directory.yaml"
