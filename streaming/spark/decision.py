@@ -59,11 +59,14 @@ DECISION_COLUMNS = (
     "k_change",
     "d_topic",
     "d_snapshot",
+    "d_decided_at",
 )
 """What `decide` adds (`router.rules.Decide`); `k_change` is "first" when the conversation kept no
 choice, "again" when it kept another (its route is gone), else null; `d_topic` is the topic the
 message goes to when the snapshot was built with `TopicNaming`, else null; `d_snapshot` is the
-version of the snapshot it was decided with."""
+version of the snapshot it was decided with; `d_decided_at` is the row's `batch_ms` as ISO-8601 UTC
+text (`streaming.spark.sources.TIME_FORMAT`), on every row, made once per batch time (null when the
+rows have no `batch_ms`)."""
 
 
 @dataclass(frozen=True)

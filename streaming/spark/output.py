@@ -125,7 +125,7 @@ def output_records(decided: DataFrame, d: Destinations) -> DataFrame:
     t = d.topology
     outcome = F.col("outcome")
     good = F.col("error").isNull()
-    decided_at = _now_text()
+    decided_at = F.col("d_decided_at")  # the batch's time, as text once per batch (`_now_text`)
     message_headers = headers(
         [
             ("outcome", outcome),

@@ -24,6 +24,7 @@ from typing import TypeVar
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyspark.sql import functions as F
 
 from streaming.rules.batch import BatchResult, RoutingBatch
 from streaming.rules.engine import ReferenceEngine
@@ -41,6 +42,8 @@ from streaming.rules.model import (
 )
 from streaming.scenario_check import check_scenario_file
 from streaming.spark.decider import SparkDecider
+from streaming.spark.decision import DecisionInputs, build_snapshot, decide
+from streaming.spark.sources import TIME_FORMAT
 
 pytestmark = pytest.mark.integration
 
@@ -424,3 +427,32 @@ def test_k_times_n_new_conversations_use_each_equal_option_k_times(
         assert {used.count(option) for option in set(used)} == {k} and len(set(used)) == n, used
 
     check()
+
+
+def test_the_decided_time_is_the_batch_time_as_spark_writes_it(spark) -> None:  # type: ignore[no-untyped-def]
+    """`d_decided_at` (the headers' `decided_at`), made once per batch time in the JVM, on every row.
+
+    It must read as Spark's `date_format` of `batch_ms` in `TIME_FORMAT` would: the delayed topic's
+    records are read back with that format (D2 waits from `decided_at`).
+    """
+    database = Database("AW", GUIDS[0], True, ("Orders",))
+    instance = Instance("i1", OWN, (database,))
+    inputs = DecisionInputs(spark)
+    inputs.set(build_snapshot(spark, {"i1": instance}, [], now=NOW))
+    times = [0, 1, 999, 1_764_150_000_123, 1_764_150_000_123, 1_764_150_060_000, 253_402_300_799_999]
+    schema = (
+        "error string, instance string, conversation_id string, service string, origin string, "
+        "bid string, from_target boolean, hops_remaining int, ttl_s double, size_bytes long, batch_ms long"
+    )
+    rows = [
+        ("not Avro" if n % 2 else None, "i1", f"c{n}", "Orders", "AW", None, False, 16, None, 10, ms)
+        for n, ms in enumerate(times)
+    ]
+    decided = decide(spark.createDataFrame(rows, schema).coalesce(1), inputs)
+    expected = F.date_format(F.timestamp_millis(F.col("batch_ms")), TIME_FORMAT)
+    got = decided.select("error", "outcome", "d_decided_at", expected.alias("expected")).collect()
+    assert [r["d_decided_at"] for r in got] == [r["expected"] for r in got]
+    assert got[2]["d_decided_at"] == "1970-01-01T00:00:00.999000Z"
+    # Decided or not (a record that did not decode), each row has it: a dead letter's header too.
+    assert all(r["outcome"] is not None for r in got if r["error"] is None)
+    assert all(r["outcome"] is None for r in got if r["error"] is not None)

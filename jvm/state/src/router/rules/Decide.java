@@ -1,6 +1,9 @@
 package router.rules;
 
 import java.io.Serializable;
+import java.time.Instant;
+import java.time.ZoneOffset;
+import java.time.format.DateTimeFormatter;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.Iterator;
@@ -15,7 +18,6 @@ import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.expressions.JoinedRow;
-import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
@@ -60,14 +62,20 @@ import scala.runtime.AbstractFunction1;
  * to, when the snapshot names topics ({@code streaming.topics}' naming, by {@link
  * router.naming.TopicNames}): a local service's queue for {@code deliver}, the next hop's inbound or
  * network topic for {@code send} and {@code forward}, the instance's delayed topic, else its
- * dropped topic; and {@code d_snapshot}, the version of the route snapshot it was decided with.
+ * dropped topic; {@code d_snapshot}, the version of the route snapshot it was decided with; and
+ * {@code d_decided_at}, on every row (a dead letter's too), the row's {@code batch_ms} as ISO-8601
+ * UTC text ({@link #TIME_TEXT}; null without that column), made once per batch time, not per row.
  */
 public final class Decide {
   static final String[] COLUMNS = {
     "outcome", "d_database", "d_address", "d_route", "match_step", "choice_step", "reason", "requests",
     "d_hops_remaining", "d_scope", "k_bid", "k_route_service", "k_address", "k_change", "d_topic",
-    "d_snapshot"
+    "d_snapshot", "d_decided_at"
   };
+  private static final int DECIDED_AT = 16;
+  /** How {@code d_decided_at} is written: {@code streaming.spark.sources.TIME_FORMAT}. */
+  static final DateTimeFormatter TIME_TEXT =
+      DateTimeFormatter.ofPattern("yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").withZone(ZoneOffset.UTC);
   private static final int HOPS = 8;
 
   private Decide() {}
@@ -101,7 +109,7 @@ public final class Decide {
         rows.queryExecution()
             .toRdd()
             .mapPartitions(
-                new Pass(input, output, inputs, rows.queryExecution().toRdd().getNumPartitions()),
+                new Pass(input, inputs, rows.queryExecution().toRdd().getNumPartitions()),
                 true,
                 ClassTag$.MODULE$.apply(InternalRow.class));
     return spark.internalCreateDataFrame(decided, output, false);
@@ -124,6 +132,7 @@ public final class Decide {
     final int keptService;
     final int keptAddress;
     final int waiting;
+    final int batchMs;
 
     Columns(StructType s) {
       error = optional(s, "error");
@@ -140,6 +149,7 @@ public final class Decide {
       keptService = optional(s, "kept_route_service");
       keptAddress = optional(s, "kept_address");
       waiting = optional(s, "waiting");
+      batchMs = optional(s, "batch_ms");
     }
 
     private static int optional(StructType s, String name) {
@@ -153,13 +163,11 @@ public final class Decide {
       extends AbstractFunction1<scala.collection.Iterator<InternalRow>, scala.collection.Iterator<InternalRow>>
       implements Serializable {
     private static final long serialVersionUID = 1L;
-    private final StructType output;
     private final Columns columns;
     private final DecisionInputs inputs;
     private final int partitions;
 
-    Pass(StructType input, StructType output, DecisionInputs inputs, int partitions) {
-      this.output = output;
+    Pass(StructType input, DecisionInputs inputs, int partitions) {
       this.columns = new Columns(input);
       this.inputs = inputs;
       this.partitions = Math.max(1, partitions);
@@ -167,7 +175,7 @@ public final class Decide {
 
     @Override
     public scala.collection.Iterator<InternalRow> apply(scala.collection.Iterator<InternalRow> rows) {
-      Scan scan = new Scan(CollectionConverters.asJava(rows), output, columns, inputs, partitions);
+      Scan scan = new Scan(CollectionConverters.asJava(rows), columns, inputs, partitions);
       return CollectionConverters.asScala(scan);
     }
   }
@@ -178,7 +186,6 @@ public final class Decide {
     private static final UTF8String AGAIN = UTF8String.fromString("again");
 
     private final Iterator<InternalRow> rows;
-    private final UnsafeProjection project;
     private final Columns c;
     private final Snapshot snapshot;
     private final JoinedRow joined = new JoinedRow();
@@ -199,11 +206,13 @@ public final class Decide {
     private final Rotation rotation;
     private final DecisionInputs inputs;
     private boolean reported;
+    /** The last batch time seen and its text: every row of a batch has the same. */
+    private long decidedMs = Long.MIN_VALUE;
+    private UTF8String decidedText;
 
-    Scan(Iterator<InternalRow> rows, StructType output, Columns columns, DecisionInputs inputs, int partitions) {
+    Scan(Iterator<InternalRow> rows, Columns columns, DecisionInputs inputs, int partitions) {
       this.rows = rows;
       this.partitions = partitions;
-      this.project = UnsafeProjection.create(output);
       this.c = columns;
       this.inputs = inputs;
       this.snapshot = inputs.snapshot();
@@ -231,11 +240,24 @@ public final class Decide {
       for (int i = 0; i < COLUMNS.length; i++) {
         decision.setNullAt(i);
       }
+      if (c.batchMs >= 0 && !row.isNullAt(c.batchMs)) {
+        decision.update(DECIDED_AT, decidedAt(row.getLong(c.batchMs)));
+      }
       Snapshot.Site site = (c.error >= 0 && !row.isNullAt(c.error)) ? null : snapshot.site(string(row, c.instance));
       if (site != null) {
         decide(row, site);
       }
-      return project.apply(joined.apply(row, decision));
+      // Not copied into an UnsafeRow here: the scan of the DataFrame over this pass (`apply`) reads
+      // the fields it needs, and copies the row when a step needs one, before the next row comes.
+      return joined.apply(row, decision);
+    }
+
+    private UTF8String decidedAt(long ms) {
+      if (ms != decidedMs) {
+        decidedMs = ms;
+        decidedText = UTF8String.fromString(TIME_TEXT.format(Instant.ofEpochMilli(ms)));
+      }
+      return decidedText;
     }
 
     private void decide(InternalRow row, Snapshot.Site site) {
