@@ -47,6 +47,37 @@ JVM_OPTIONS = " ".join(
 )
 """JVM flags for the driver and executors, for the router's wide generated code."""
 
+LOCAL_FILE_SYSTEM = "router.fs.LocalFileSystem"
+"""Hadoop's `file:` file system, setting permissions without a `chmod` process (jvm/state)."""
+
+CHECKPOINT_FILE_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
+"""Spark's checkpoint manager over Hadoop's FileSystem API (the default uses FileContext)."""
+
+
+def local_conf(jars: list[Path]) -> dict[str, str]:
+    """Spark settings for local mode (one JVM), with its checkpoint on the local disk.
+
+    The jars go on the driver's own classpath (`spark.driver.extraClassPath`), not `spark.jars`:
+    spark-submit opens the local file system before it would load `spark.jars`, and the router's
+    file system class must be loadable then.
+
+    A micro-batch writes a dozen small files to the checkpoint and the state store. Without
+    Hadoop's native library, the local file system started a process for each: `chmod` for every
+    file created, and `readlink` for every rename through Hadoop's FileContext (Spark's default
+    checkpoint manager): 55 processes a batch, forked from the driver's batch thread.
+    `router.fs.LocalFileSystem` sets permissions through java.nio, and the FileSystem-based manager
+    renames without `readlink` (a local rename is atomic, as the manager needs). A cluster keeps
+    Hadoop's defaults and `spark.jars`: its checkpoint is on a shared file system, and its
+    executors start without the router's jar.
+    """
+    return {
+        "spark.driver.extraClassPath": os.pathsep.join(str(p) for p in jars),
+        "spark.hadoop.fs.file.impl": LOCAL_FILE_SYSTEM,
+        "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
+    }
+
 
 @contextmanager
 def _jvm_ignores_sigterm() -> Iterator[None]:
@@ -84,14 +115,15 @@ def build_session(
     extra_conf: dict[str, str] | None = None,
     verbose: bool = False,
 ) -> SparkSession:
-    """Return a SparkSession with the Kafka connector and router jars on `spark.jars`, small-machine defaults.
+    """Return a SparkSession with the Kafka connector and router jars, small-machine defaults.
 
-    `master` defaults to env `ROUTER_SPARK_MASTER` or `local[2]`. A Spark cluster is used by passing
-    its master URL (`spark://host:7077`); the jars are shipped to the executors through `spark.jars`.
+    `master` defaults to env `ROUTER_SPARK_MASTER` or `local[2]`, where the jars are on the
+    driver's classpath (`local_conf`). A Spark cluster is used by passing its master URL
+    (`spark://host:7077`); the jars are shipped to the executors through `spark.jars`.
     Spark's and Kafka's logs go to stderr, at ERROR, or WARN when `verbose`; no progress bars.
     """
     master = master or os.environ.get("ROUTER_SPARK_MASTER", "local[2]")
-    jars = ",".join(str(p) for p in [*spark_connector_jars(), router_state_jar()])
+    jars = [*spark_connector_jars(), router_state_jar()]
     level = "WARN" if verbose else "ERROR"
     java_options = f"{JVM_OPTIONS} -Dlog4j2.configurationFile={LOG_CONFIG} -Drouter.log.level={level}"
     if verbose:
@@ -99,7 +131,6 @@ def build_session(
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master)
-        .config("spark.jars", jars)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.default.parallelism", str(shuffle_partitions))
         .config("spark.ui.enabled", "false")
@@ -135,6 +166,11 @@ def build_session(
         # reference engine's str.lower does, instead of ICU's, which costs ~10x more per row.
         .config("spark.sql.icu.caseMappings.enabled", "false")
     )
+    if master.startswith("local"):
+        for key, value in local_conf(jars).items():
+            builder = builder.config(key, value)
+    else:
+        builder = builder.config("spark.jars", ",".join(str(p) for p in jars))
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
     with _jvm_ignores_sigterm():
