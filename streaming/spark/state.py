@@ -104,13 +104,17 @@ def as_delayed(records: DataFrame) -> DataFrame:
 def as_choices(records: DataFrame, messages: DataFrame) -> DataFrame:
     """Choice records (Kafka rows of the choices topic) with the columns of `as_messages(messages)`.
 
-    A record's offset is its `pos`: of two choices made at the same instant, the later counts.
+    A record's offset is its `pos`: of two choices made at the same instant, the later counts. A
+    value that is not a choice (no `address`) reaches the processor with a null `c_address`, which
+    it ignores. There is no filter here: Spark would push it under the projection and parse each
+    value's JSON again for it (measured: the choices' read task took 0.55-0.75 s of CPU per 25,000
+    records with the filter, 0.29-0.39 s without).
     """
     parsed = records.select(
         F.from_json(F.col("value").cast("string"), CHOICE_VALUE).alias("v"),
         F.unix_millis(F.col("timestamp")).alias("at"),
         F.col("offset").cast("long").alias("offset"),
-    ).where(F.col("v").isNotNull() & F.col("v.address").isNotNull())
+    )
     given = {name: F.col(f"v.{name}") for name in _KEY_FIELDS}
     given["pos"] = F.col("offset")
     identity = tuple(F.col(f"v.{f}") for f in _IDENTITY_FIELDS)

@@ -307,6 +307,35 @@ def test_a_conversation_keeps_its_route_across_batches_and_a_restart(
     assert went["c4:1"] == went["c4:0"]
 
 
+def test_records_on_the_choices_topic_that_are_not_choices_are_ignored(
+    spark, kafka_bootstrap, prefix, tmp_path
+):
+    """K2: only a choice record with an address keeps a route; any other value on the topic is read
+    past, and the conversations it names choose as if it were not there (C5: in turn)."""
+    choices = topics.choices_topic("i1", prefix)
+    ensure_topics(kafka_bootstrap, [choices], compacted=True)
+    kept = {"instance": "i1", "origin": "AW", "service": "Balanced", "bid": "", "route_service": ""}
+    produce(
+        kafka_bootstrap,
+        choices,
+        [
+            ("a", b"not json"),
+            ("b", b"{"),
+            ("c", json.dumps({**kept, "conversation_id": "c1"}).encode()),  # no address
+            ("d", json.dumps({**kept, "conversation_id": "c4", "address": None}).encode()),
+            ("e", json.dumps({**kept, "conversation_id": 7, "address": ["TCP://b:4022"]}).encode()),
+        ],
+    )
+    outbound = topics.outbound_topic("i1", prefix)
+    network = equal_routes(kafka_bootstrap, prefix, "Balanced", "AB")
+    produce(kafka_bootstrap, outbound, [(c, message(c, "Balanced", 0)) for c in ("c1", "c4")])
+    job = replay(spark, kafka_bootstrap, prefix, tmp_path)
+    assert job.routed == 2
+    assert job.totals.dead_lettered == 0
+    went = routes_taken(kafka_bootstrap, network)
+    assert (went["c1:0"], went["c4:0"]) == ("BalancedA", "BalancedB")
+
+
 def equal_routes(bootstrap: str, prefix: str, service: str, letters: str) -> list[str]:
     """Write a route to `service` for each letter X, named service + X, to TCP://x:4022, in the
     letters' order; return their network topics (created)."""
