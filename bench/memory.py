@@ -45,6 +45,7 @@ from streaming.config import load_settings
 from streaming.kafka.avro import new_message_record
 from streaming.spark.job import RouterJob
 from streaming.spark.session import build_session
+from streaming.spark.state import read_state
 
 SERVICES = 8
 """Conversations go to the first SERVICES services of the benchmark's routes (`routes_for`)."""
@@ -105,7 +106,7 @@ def folder_mb(folder: Path) -> float:
 
 def held(spark: SparkSession, job: RouterJob) -> Held:
     """What `job` holds now (see the module docstring)."""
-    keys = spark.read.format("statestore").load(str(job.checkpoint)).count()
+    keys = read_state(spark, job.checkpoint).count()
     return Held(heap_mb(spark), keys, folder_mb(job.checkpoint / "state"))
 
 

@@ -48,3 +48,20 @@ def drop_uncommitted_batch(checkpoint: Path) -> int | None:
     for path in (offsets / str(last), offsets / f".{last}.crc"):
         path.unlink(missing_ok=True)
     return last
+
+
+OLD_STATE_OPERATOR = "flatMapGroupsWithState"
+"""The operator that kept the conversation memory before `transformWithState` (its timers)."""
+
+
+def holds_old_state(checkpoint: Path) -> bool:
+    """Whether the checkpoint's conversation memory was written by `OLD_STATE_OPERATOR`.
+
+    Spark names the stateful operator in the state's metadata (`state/0/_metadata/metadata`); a
+    query with another operator cannot resume that state.
+    """
+    try:
+        metadata = (checkpoint / "state" / "0" / "_metadata" / "metadata").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return f'"{OLD_STATE_OPERATOR}"' in metadata

@@ -41,12 +41,12 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streaming import topics
 from streaming.config import Settings
-from streaming.errors import RouterError, short_error
+from streaming.errors import ConfigError, RouterError, short_error
 from streaming.kafka.admin import create_destination_topics, end_offsets, ensure_topics
 from streaming.kafka.client_log import collapse_outages
 from streaming.rules.model import normalize_address
 from streaming.spark.batch import BatchMetrics, BatchPlan
-from streaming.spark.checkpoint import drop_uncommitted_batch, logged_batches
+from streaming.spark.checkpoint import drop_uncommitted_batch, holds_old_state, logged_batches
 from streaming.spark.decision import DecisionInputs, Snapshot
 from streaming.spark.output import Destinations
 from streaming.spark.progress import BatchReport, RunTotals, lag, source_offsets
@@ -54,6 +54,7 @@ from streaming.spark.requests import OutstandingRequests
 from streaming.spark.rotation import RotationStore
 from streaming.spark.snapshot import RouteSnapshots
 from streaming.spark.sources import Topology, input_stream, write_options
+from streaming.spark.state import read_state
 from streaming.tables.reader import read_instances
 
 log = logging.getLogger("streaming.job")
@@ -152,9 +153,16 @@ class RouterJob:
                 "from the last committed offsets (nothing is skipped)",
                 dropped,
             )
+        if holds_old_state(self.checkpoint):
+            raise ConfigError(
+                f"the checkpoint {self.checkpoint} holds conversation memory written by an earlier "
+                "router (Spark's flatMapGroupsWithState), which this version cannot resume; give the "
+                "job a new checkpoint_dir: a new checkpoint rebuilds the kept choices from the choices "
+                "topic and takes in the delayed topic again"
+            )
         self.rotation = RotationStore.load(self.checkpoint)
         # A batch runs only when a source has new records (the tick's, at least). Otherwise the
-        # state processor's timeouts would make Spark add a batch without data after each one.
+        # state processor's timers would make Spark add a batch without data after each one.
         self.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
         interval = "0 seconds" if bounded else f"{self.settings.trigger_seconds} seconds"
         self._query = (
@@ -305,8 +313,8 @@ class RouterJob:
         """When each delayed message in the state store was delayed (epoch ms), as of the last batch."""
         if not logged_batches(self.checkpoint / "commits"):
             return []
-        state = self.spark.read.format("statestore").load(str(self.checkpoint))
-        rows = state.select(F.explode("value.groupState.waiting.delayed_ms").alias("at")).collect()
+        state = read_state(self.spark, self.checkpoint)
+        rows = state.select(F.explode("value.waiting.delayed_ms").alias("at")).collect()
         return sorted(r["at"] for r in rows)
 
     # --- one micro-batch ----------------------------------------------------------------------

@@ -3,7 +3,7 @@
 K2 (kept choices) and D1-D2 (delayed conversations) need to know what earlier micro-batches
 decided. Inside the streaming query, before `foreachBatch`, the JVM processor
 `router.state.RouterState` (jvm/state, compiled by `make setup`) runs as Spark's
-`flatMapGroupsWithState` keyed by (instance, conversation endpoint: the conversation and the side
+`transformWithState` keyed by (instance, conversation endpoint: the conversation and the side
 that sends, initiator or target, so that each side keeps its own order, D1); its state is in Spark's
 state store
 (RocksDB), saved with the query's checkpoint, so a restart resumes it. The rules it follows are
@@ -22,8 +22,9 @@ topic holds.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, IntegerType, LongType, StringType, StructField, StructType
 
@@ -133,6 +134,19 @@ def apply_state(rows: DataFrame, keep_s: float, retry_s: float) -> DataFrame:
         raise RouterError("the state processor needs a classic SparkSession (a JVM), not Spark Connect")
     out = jvm.router.state.RouterState.apply(rows._jdf, int(keep_s * 1000), int(retry_s * 1000))
     return DataFrame(out, spark)
+
+
+STATE_VARIABLE = "memory"
+"""The processor's state variable (`RouterState.STATE`): one row per conversation endpoint held."""
+
+
+def read_state(spark: SparkSession, checkpoint: Path) -> DataFrame:
+    """The conversation memory a query's checkpoint holds, as its last committed batch left it.
+
+    One row per conversation endpoint held (`key`, `value`: its kept choices `entries`, its held
+    messages `waiting`, and its timer `timer_ms`), read with Spark's state data source.
+    """
+    return spark.read.format("statestore").option("stateVarName", STATE_VARIABLE).load(str(checkpoint))
 
 
 def choice_key() -> Column:

@@ -18,7 +18,14 @@ import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from streaming.spark.state import DELAYED_AT, apply_state, as_choices, as_delayed, as_messages
+from streaming.spark.state import (
+    DELAYED_AT,
+    apply_state,
+    as_choices,
+    as_delayed,
+    as_messages,
+    read_state,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +97,7 @@ class Keeper:
 
     def state(self) -> DataFrame:
         """The state store as the last batch left it (Spark's state data source)."""
-        return self.spark.read.format("statestore").load(str(self.checkpoint))
+        return read_state(self.spark, self.checkpoint)
 
 
 def message(
@@ -210,7 +217,7 @@ def test_a_delayed_conversation_waits_then_leaves_whole_and_in_order(
     )
     # The delayed records are taken in; c1's new message leaves marked waiting (D1), others do not.
     assert {r["id"]: r["waiting"] for r in got} == {"c1:10": True, "other:0": False}
-    waiting = keeper.state().select(F.explode("value.groupState.waiting.delayed_ms").alias("at")).collect()
+    waiting = keeper.state().select(F.explode("value.waiting.delayed_ms").alias("at")).collect()
     assert [r["at"] for r in waiting] == [int(delayed_at.timestamp() * 1000)] * 2
     # Still waiting at the next batch (a restart), while they are not due.
     assert [(r["id"], r["waiting"]) for r in keeper.step([message(11, pos=1 << 60)])] == [("c1:11", True)]
@@ -252,7 +259,7 @@ def test_a_delayed_message_read_back_twice_leaves_once(spark: SparkSession, tmp_
     # The copy comes back one batch later, at a later position, beside a message delayed after it.
     copy = {**delayed(0, at=delayed_at + timedelta(seconds=1)), "pos": 5}
     assert keeper.step([], delayed=[copy, delayed(1, at=delayed_at)]) == []
-    held = keeper.state().select(F.explode("value.groupState.waiting.message.id").alias("id")).collect()
+    held = keeper.state().select(F.explode("value.waiting.message.id").alias("id")).collect()
     assert sorted(r["id"] for r in held) == ["c1:0", "c1:1"]
     keeper.retry_s = 1.0
     got = keeper.step([message(12, pos=1 << 60)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from streaming.spark.checkpoint import holds_old_state
 from streaming.spark.job import drop_uncommitted_batch
 
 
@@ -67,3 +68,29 @@ def test_a_commit_being_written_when_the_job_died_is_removed(tmp_path: Path) -> 
     assert list((tmp_path / "commits").iterdir()) == []
     assert list((tmp_path / "offsets").iterdir()) == []
     assert not (tmp_path / "state").exists()
+
+
+# The operator metadata Spark 4.1.1 wrote for the router's state, before and since transformWithState.
+FLAT_MAP_METADATA = (
+    'v1\n{"operatorInfo":{"operatorId":0,"operatorName":"flatMapGroupsWithState"},'
+    '"stateStoreInfo":[{"storeName":"default","numColsPrefixKey":0,"numPartitions":2}]}'
+)
+TRANSFORM_METADATA = (
+    'v2\n{"operatorInfo":{"operatorId":0,"operatorName":"transformWithStateExec"},'
+    '"stateStoreInfo":[{"storeName":"default","numColsPrefixKey":0,"numPartitions":2}]}'
+)
+
+
+def test_a_checkpoint_of_the_earlier_state_operator_is_recognized(tmp_path: Path) -> None:
+    metadata = tmp_path / "state" / "0" / "_metadata"
+    metadata.mkdir(parents=True)
+    (metadata / "metadata").write_text(FLAT_MAP_METADATA)
+    assert holds_old_state(tmp_path)
+
+
+def test_a_checkpoint_of_transform_with_state_or_without_state_is_not(tmp_path: Path) -> None:
+    assert not holds_old_state(tmp_path)  # nothing written yet
+    metadata = tmp_path / "state" / "0" / "_metadata" / "v2"
+    metadata.mkdir(parents=True)
+    (metadata / "0").write_text(TRANSFORM_METADATA)
+    assert not holds_old_state(tmp_path)
