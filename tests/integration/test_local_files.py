@@ -1,6 +1,6 @@
 """The session's local file system (`router.fs.LocalFileSystem`, `session.local_conf`): the files a
-checkpoint writes get the permissions Hadoop asks for, with checksums, and no process is started
-to set them."""
+checkpoint writes get the permissions Hadoop asks for, with checksums, when it sets them through
+java.nio instead of a `chmod` process."""
 
 from __future__ import annotations
 

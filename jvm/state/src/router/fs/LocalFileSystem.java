@@ -21,7 +21,7 @@ import org.apache.hadoop.io.nativeio.NativeIO;
  * runs {@code chmod} in a new process for every file it creates. A micro-batch writes a dozen files
  * to its checkpoint and state store (offsets, commits, changelogs, their checksums): each one was a
  * process started from the driver's batch thread. Set as {@code fs.file.impl} by
- * {@code streaming.spark.session.build_session}; a permission Java cannot express (the sticky bit)
+ * {@code streaming.spark.session.local_conf}; a permission Java cannot express (the sticky bit)
  * and a file system without POSIX permissions still go to Hadoop's own code.
  */
 public final class LocalFileSystem extends org.apache.hadoop.fs.LocalFileSystem {

@@ -249,7 +249,9 @@ public final class RouterState {
         out.add(leaving(g, now));
       }
       long timer = saved == null ? NO_TIMER : saved.getLong(2);
-      save(memory, saved != null, due, step.nextAt, timer == fired ? NO_TIMER : timer);
+      // The next change, less the margin by which a batch may release early; later than now.
+      long at = now + Math.max(1L, step.nextAt - due);
+      save(memory, saved != null, at, timer == fired ? NO_TIMER : timer);
       return CollectionConverters.asScala(out.iterator());
     }
 
@@ -302,12 +304,11 @@ public final class RouterState {
     }
 
     /**
-     * Keep the memory, with one timer at {@code nextAt} less the margin ({@code now} is the batch's
-     * time plus the margin); {@code timer} is the key's timer still registered, if any. A memory
-     * left empty is removed with its timer ({@code existed}: the key had a memory).
+     * Keep the memory, with its one timer at {@code at}; {@code timer} is the key's timer still
+     * registered, if any. A memory left empty is removed with its timer ({@code existed}: the key
+     * had a memory).
      */
-    private void save(
-        ConversationMemory<Object[]> memory, boolean existed, long now, long nextAt, long timer) {
+    private void save(ConversationMemory<Object[]> memory, boolean existed, long at, long timer) {
       if (memory.isEmpty()) {
         if (timer != NO_TIMER) {
           getHandle().deleteTimer(timer);
@@ -317,7 +318,6 @@ public final class RouterState {
         }
         return;
       }
-      long at = now - DUE_MARGIN_MS + Math.max(1L, nextAt - now);
       if (timer != at) {
         if (timer != NO_TIMER) {
           getHandle().deleteTimer(timer);
