@@ -136,17 +136,18 @@ def apply_state(rows: DataFrame, keep_s: float, retry_s: float) -> DataFrame:
     return DataFrame(out, spark)
 
 
-STATE_VARIABLE = "memory"
-"""The processor's state variable (`RouterState.STATE`): one row per conversation endpoint held."""
-
-
 def read_state(spark: SparkSession, checkpoint: Path) -> DataFrame:
     """The conversation memory a query's checkpoint holds, as its last committed batch left it.
 
     One row per conversation endpoint held (`key`, `value`: its kept choices `entries`, its held
-    messages `waiting`, and its timer `timer_ms`), read with Spark's state data source.
+    messages `waiting`, and its timer `timer_ms`), read with Spark's state data source from the
+    processor's state variable, whose name the processor gives (`RouterState.STATE`).
     """
-    return spark.read.format("statestore").option("stateVarName", STATE_VARIABLE).load(str(checkpoint))
+    jvm = spark._jvm
+    if jvm is None:
+        raise RouterError("reading the state store needs a classic SparkSession (a JVM), not Spark Connect")
+    variable = str(jvm.router.state.RouterState.STATE)
+    return spark.read.format("statestore").option("stateVarName", variable).load(str(checkpoint))
 
 
 def choice_key() -> Column:

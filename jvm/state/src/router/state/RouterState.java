@@ -113,7 +113,10 @@ public final class RouterState {
         .add(BATCH_TIME, DataTypes.LongType, true);
   }
 
-  /** The name of the state variable that holds a key's memory (Spark's state data source reads it by name). */
+  /**
+   * The name of the state variable that holds a key's memory; {@code streaming.spark.state.read_state}
+   * reads it by this name, from here.
+   */
   public static final String STATE = "memory";
 
   /**
