@@ -49,6 +49,7 @@ from streaming.spark.output import (
     output_records,
     with_destinations,
 )
+from streaming.spark.session import session_jvm
 from streaming.spark.sources import remaining_ttl_s
 
 METRICS = "router_batch"
@@ -180,10 +181,7 @@ class _Prepared:
     def of(cls, like: DataFrame, build: Callable[[DataFrame], DataFrame]) -> _Prepared | None:
         """`build` over micro-batches like `like`, or None when the query cannot be kept (a shuffle)."""
         spark = like.sparkSession
-        jvm = spark._jvm
-        if jvm is None:
-            raise RouterError("the batch plan needs a classic SparkSession (a JVM), not Spark Connect")
-        prepared = jvm.router.plan.Prepared(like._jdf)
+        prepared = session_jvm(spark, "the batch plan needs").router.plan.Prepared(like._jdf)
         records = build(DataFrame(prepared.input(), spark))
         return cls(prepared) if prepared.keep(records._jdf) else None
 

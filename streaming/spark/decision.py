@@ -33,8 +33,11 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from streaming.errors import RouterError
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, Instance, MirrorRole, Route, normalize_address
+from streaming.spark.session import session_jvm
+
+DECISION_NEEDS = "the routing decision needs"
+"""What `session_jvm`'s error says needs the JVM, for the decision's classes."""
 
 CHOICE_IDENTITY_COLUMNS = ("k_bid", "k_route_service", "k_address")
 """K2: the C0 identity (broker instance or "", service or "", address) a decision keeps, or null."""
@@ -212,7 +215,7 @@ def build_snapshot(
 ) -> Snapshot:
     """The snapshot of (instance key, route) pairs at `now`, in the JVM and broadcast (R6 applied)."""
     active = [(key, r) for key, r in routes if r.is_active(now)]
-    jvm = _jvm(spark)
+    jvm = session_jvm(spark, DECISION_NEEDS)
     parsed = jvm.router.rules.Snapshot.parse(snapshot_json(instances, active, mirrors, topics, version))
     broadcast = jvm.router.rules.Decide.broadcast(spark._jsparkSession, parsed)
     flags = replace(snapshot_flags(active, now), spreads=bool(parsed.spreads()))
@@ -232,7 +235,7 @@ class DecisionInputs:
     """
 
     def __init__(self, spark: SparkSession) -> None:
-        self._inputs = _jvm(spark).router.rules.Decide.inputs(spark._jsparkSession)
+        self._inputs = session_jvm(spark, DECISION_NEEDS).router.rules.Decide.inputs(spark._jsparkSession)
         self.snapshot: Snapshot | None = None
 
     def set(
@@ -270,17 +273,12 @@ def decide(messages: DataFrame, inputs: DecisionInputs) -> DataFrame:
     (C5, M3), `SnapshotFlags.in_one_pass`, the whole batch must be one partition in batch order
     (`in_batch_order`).
     """
-    out = _jvm(messages.sparkSession).router.rules.Decide.apply(messages._jdf, inputs._inputs)
+    out = session_jvm(messages.sparkSession, DECISION_NEEDS).router.rules.Decide.apply(
+        messages._jdf, inputs._inputs
+    )
     return DataFrame(out, messages.sparkSession)
 
 
 def in_batch_order(rows: DataFrame) -> DataFrame:
     """The rows in one partition, in batch order (`pos`): what B4 needs (`decide`)."""
     return rows.coalesce(1).sortWithinPartitions("pos")
-
-
-def _jvm(spark: SparkSession) -> Any:
-    jvm = spark._jvm
-    if jvm is None:
-        raise RouterError("the routing decision needs a classic SparkSession (a JVM), not Spark Connect")
-    return jvm

@@ -15,6 +15,7 @@ from typing import Any
 from pyspark import java_gateway
 from pyspark.sql import SparkSession
 
+from streaming.errors import RouterError
 from streaming.jars import router_state_jar, spark_connector_jars
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -106,6 +107,18 @@ def _jvm_ignores_sigterm() -> Iterator[None]:
         yield
     finally:
         java_gateway.Popen = original  # type: ignore[misc]
+
+
+def session_jvm(spark: SparkSession, needing: str) -> Any:
+    """The JVM of a classic session; `needing` names what needs it, for the error under Spark Connect.
+
+    The router's own JVM classes (jvm/state) run in the session's JVM, which a Spark Connect
+    session does not give its client.
+    """
+    jvm = spark._jvm
+    if jvm is None:
+        raise RouterError(f"{needing} a classic SparkSession (a JVM), not Spark Connect")
+    return jvm
 
 
 def build_session(

@@ -26,10 +26,11 @@ from pyspark.sql.avro.functions import from_avro
 
 from streaming import topics
 from streaming.config import Settings
-from streaming.errors import ConfigError, RouterError
+from streaming.errors import ConfigError
 from streaming.kafka.avro import schema_json
 from streaming.rules.model import Instance
 from streaming.spark.decision import KEPT_COLUMNS
+from streaming.spark.session import session_jvm
 from streaming.spark.state import DELAYED_AT, apply_state, as_choices, as_delayed, as_messages
 from streaming.tables.validate import ADDRESS_MAX, SYSNAME_MAX
 
@@ -208,9 +209,7 @@ TRAILING_BYTES = "router_trailing_bytes"
 
 def register_functions(spark: SparkSession) -> None:
     """Register the router's JVM SQL functions with the session (`TRAILING_BYTES`)."""
-    jvm = spark._jvm
-    if jvm is None:
-        raise RouterError("the router's SQL functions need a classic SparkSession (a JVM), not Spark Connect")
+    jvm = session_jvm(spark, "the router's SQL functions need")
     udf = jvm.router.avro.TrailingBytes(schema_json("message"))
     spark._jsparkSession.udf().register(TRAILING_BYTES, udf, spark._jsparkSession.parseDataType('"integer"'))
 

@@ -28,8 +28,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, IntegerType, LongType, StringType, StructField, StructType
 
-from streaming.errors import RouterError
 from streaming.spark.decision import CHOICE_IDENTITY_COLUMNS, KEPT_COLUMNS
+from streaming.spark.session import session_jvm
 
 MESSAGE, CHOICE, DELAYED = 0, 1, 2
 """The kinds of rows the processor takes (`c_kind`)."""
@@ -129,9 +129,7 @@ def as_choices(records: DataFrame, messages: DataFrame) -> DataFrame:
 def apply_state(rows: DataFrame, keep_s: float, retry_s: float) -> DataFrame:
     """Run the JVM processor over the rows of `as_*`; see the module docstring for what leaves it."""
     spark = rows.sparkSession
-    jvm = spark._jvm
-    if jvm is None:
-        raise RouterError("the state processor needs a classic SparkSession (a JVM), not Spark Connect")
+    jvm = session_jvm(spark, "the state processor needs")
     out = jvm.router.state.RouterState.apply(rows._jdf, int(keep_s * 1000), int(retry_s * 1000))
     return DataFrame(out, spark)
 
@@ -143,10 +141,7 @@ def read_state(spark: SparkSession, checkpoint: Path) -> DataFrame:
     messages `waiting`, and its timer `timer_ms`), read with Spark's state data source from the
     processor's state variable, whose name the processor gives (`RouterState.STATE`).
     """
-    jvm = spark._jvm
-    if jvm is None:
-        raise RouterError("reading the state store needs a classic SparkSession (a JVM), not Spark Connect")
-    variable = str(jvm.router.state.RouterState.STATE)
+    variable = str(session_jvm(spark, "reading the state store needs").router.state.RouterState.STATE)
     return spark.read.format("statestore").option("stateVarName", variable).load(str(checkpoint))
 
 
