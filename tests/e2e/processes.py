@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from streaming import topics
 from streaming.kafka.admin import cluster_metadata, end_offsets, ensure_topics
@@ -117,51 +117,42 @@ class Outcome:
 def read_outcome(bootstrap: str, names: Iterable[str]) -> Outcome:
     """Every record of `names` up to their end offsets now."""
     outcome = Outcome()
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}"})
-    try:
-        found = cluster_metadata(bootstrap).topics
-        for name in names:
-            seen: Counter[str] = Counter()
-            outcome.by_topic[name] = seen
-            if name not in found:
-                continue
-            ends = end_offsets(bootstrap, name)
-            total = sum(ends.values())
-            consumer.assign([TopicPartition(name, p, 0) for p in ends])
-            read = 0
-            while read < total:
-                batch = consumer.consume(num_messages=10_000, timeout=10.0)
-                if not batch:
-                    raise AssertionError(f"{name}: read {read} of {total} records before timing out")
-                for msg in batch:
-                    if msg.error():
-                        continue
-                    read += 1
-                    try:
-                        seen[decode_message(msg.value())["message_id"]] += 1
-                    except MalformedRecord:  # not a message (a dead letter's original bytes)
-                        outcome.undecodable[name].append(msg.value() or b"")
-    finally:
-        consumer.close()
+    for name in names:
+        seen: Counter[str] = Counter()
+        outcome.by_topic[name] = seen
+        for message in records_now(bootstrap, name):
+            try:
+                seen[decode_message(message.value())["message_id"]] += 1
+            except MalformedRecord:  # not a message (a dead letter's original bytes)
+                outcome.undecodable[name].append(message.value() or b"")
     return outcome
 
 
 def records_with_headers(bootstrap: str, topic: str) -> list[tuple[dict[str, str], bytes]]:
     """Every record of `topic` now: its headers as text, and its value."""
+    return [
+        ({k: v.decode() for k, v in message.headers() or []}, message.value() or b"")
+        for message in records_now(bootstrap, topic)
+    ]
+
+
+def records_now(bootstrap: str, topic: str) -> list[Message]:
+    """Every record of `topic` up to its end offsets now (none while the topic does not exist).
+
+    Each `consume` asks for no more than are left: asked for more, it waits out its whole timeout.
+    """
     if topic not in cluster_metadata(bootstrap).topics:
         return []
     ends = end_offsets(bootstrap, topic)
     total = sum(ends.values())
-    out: list[tuple[dict[str, str], bytes]] = []
+    out: list[Message] = []
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}"})
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])
         while len(out) < total:
-            batch = consumer.consume(num_messages=10_000, timeout=10.0)
-            assert batch, f"{topic}: read {len(out)} of {total}"
-            for message in batch:
-                if message.error() is None:
-                    out.append(({k: v.decode() for k, v in message.headers() or []}, message.value() or b""))
+            batch = consumer.consume(num_messages=min(10_000, total - len(out)), timeout=10.0)
+            assert batch, f"{topic}: read {len(out)} of {total} records before timing out"
+            out += [message for message in batch if message.error() is None]
     finally:
         consumer.close()
     return out

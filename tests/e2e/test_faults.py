@@ -15,19 +15,27 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from processes import kill, new_namespace, read_outcome, start_router, stop, wait_for, written
+from confluent_kafka import Producer
+from processes import (
+    kill,
+    new_namespace,
+    read_outcome,
+    records_with_headers,
+    start_router,
+    stop,
+    wait_for,
+    written,
+)
 
 from streaming import topics
 from streaming.errors import KafkaUnavailable
-from streaming.kafka.admin import end_offsets, ensure_topics
+from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import encode_message, encode_route, new_message_record, route_to_record
 from streaming.kafka.embedded import EmbeddedKafka, free_port
 from streaming.rules.model import Database, Instance, Route, normalize_address
@@ -414,19 +422,7 @@ def test_poison_records_and_unwritable_destinations_cost_only_themselves(
 
 def read_headers(bootstrap: str, topic: str) -> list[dict[str, str]]:
     """The headers of every record of `topic` now, as text."""
-    ends = end_offsets(bootstrap, topic)
-    total = sum(ends.values())
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"h-{uuid.uuid4()}"})
-    out: list[dict[str, str]] = []
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        while len(out) < total:
-            batch = consumer.consume(num_messages=10_000, timeout=10.0)
-            assert batch, f"{topic}: read {len(out)} of {total} records before timing out"
-            out += [{k: v.decode() for k, v in (m.headers() or [])} for m in batch if not m.error()]
-    finally:
-        consumer.close()
-    return out
+    return [headers for headers, _ in records_with_headers(bootstrap, topic)]
 
 
 def test_garbage_on_the_routes_topic_is_skipped_with_a_warning_and_routing_goes_on(
