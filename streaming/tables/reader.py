@@ -50,7 +50,6 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from streaming.errors import ConfigError, KafkaUnavailable, MalformedRecord
 from streaming.kafka.connection import ClientValue, Kafka, bootstrap_of, client_config
-from streaming.kafka.consuming import take_arrived
 from streaming.rules.model import Instance, MirrorRole, Route
 from streaming.tables.operations import split_route_key
 from streaming.tables.records import CatalogRecords, MirrorRecords, OtherTable, RouteRecords, TableRecords
@@ -319,7 +318,7 @@ class TableReader(Generic[V]):
 
     def _consume(self, timeout: float) -> list[Message]:
         try:
-            return take_arrived(self._consumer, _BATCH, timeout)
+            return self._consumer.consume(num_messages=_BATCH, timeout=timeout)
         except KafkaException as exc:
             raise KafkaUnavailable(f"reading {self.topic} at {self.bootstrap}: {exc}") from exc
 
