@@ -69,6 +69,7 @@ from streaming.errors import ConfigError, MalformedRecord
 from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
 from streaming.kafka.connection import Kafka, client_config
+from streaming.kafka.consuming import take_arrived
 from streaming.rules.model import CURRENT_DATABASE, Database, canonical_guid
 from streaming.tables.reader import read_instances
 
@@ -347,7 +348,7 @@ class Endpoint:
         Takes what arrived (waiting up to `timeout_s`) and acks it, resends what is due, times out
         expired dialogs and fires timers.
         """
-        records = self._arrived(timeout_s)
+        records = take_arrived(self._consumer, _POLL_BATCH, timeout_s)
         arrived: list[Incoming] = []
         acks: list[Incoming] = []
         for record in records:
@@ -374,20 +375,6 @@ class Endpoint:
             self._forgotten_at = time.monotonic()
         self._producer.poll(0)
         return len(records)
-
-    def _arrived(self, timeout_s: float) -> list[KafkaMessage]:
-        """What has arrived, waiting up to `timeout_s` only while nothing has.
-
-        One `consume(n, timeout)` would wait out the whole timeout unless n records came, so a
-        RECEIVE answered a moment after it began would still return only at its timeout.
-        """
-        records = self._consumer.consume(_POLL_BATCH, 0)
-        if records or timeout_s <= 0:
-            return records
-        first = self._consumer.poll(timeout_s)
-        if first is None:
-            return []
-        return [first, *self._consumer.consume(_POLL_BATCH - 1, 0)]
 
     def wait_acknowledged(self, timeout_s: float) -> bool:
         """Pump until every sent message is acked, or `timeout_s` passed; return whether all were."""

@@ -50,6 +50,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from streaming.errors import ConfigError, KafkaUnavailable, MalformedRecord
 from streaming.kafka.connection import ClientValue, Kafka, bootstrap_of, client_config
+from streaming.kafka.consuming import take_arrived
 from streaming.rules.model import Instance, MirrorRole, Route
 from streaming.tables.operations import split_route_key
 from streaming.tables.records import CatalogRecords, MirrorRecords, OtherTable, RouteRecords, TableRecords
@@ -64,6 +65,27 @@ _BATCH = 10_000
 """Records taken from the consumer's queue per call into librdkafka."""
 _MISSING_RECHECK_S = 5.0
 """How often `poll()` asks the broker whether a topic that did not exist has been created."""
+_RETRY_PAUSE_S = 0.1
+"""The pause before asking again while a partition's leader is not ready (`_leader_moving`)."""
+_LEADER_MOVING = frozenset(
+    {
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+    }
+)
+
+
+def _leader_moving(exc: KafkaException) -> bool:
+    """Whether the error says a partition's leader is not ready yet (a new topic, a leader change).
+
+    The client raises these with `retriable()` false, so they are known by their codes.
+    """
+    error = exc.args[0] if exc.args else None
+    return isinstance(error, KafkaError) and (error.retriable() or error.code() in _LEADER_MOVING)
+
 
 V = TypeVar("V")
 _ABSENT = object()
@@ -302,23 +324,32 @@ class TableReader(Generic[V]):
         return self._positions
 
     def _end_offsets(self, positions: Mapping[int, int]) -> dict[int, int]:
-        """Each assigned partition's end offset now (one request per partition)."""
+        """Each assigned partition's end offset now (one request per partition).
+
+        While a partition's leader is not ready (just after the topic was created, or moving to
+        another broker), it is asked again until the reader's timeout.
+        """
+        deadline = time.monotonic() + self.timeout
         ends = {}
-        try:
-            for partition in positions:
-                _, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, partition), timeout=self.timeout
-                )
-                ends[partition] = high
-        except KafkaException as exc:
-            raise KafkaUnavailable(
-                f"reading the end offsets of {self.topic} at {self.bootstrap}: {exc}"
-            ) from exc
+        for partition in positions:
+            while True:
+                try:
+                    _, high = self._consumer.get_watermark_offsets(
+                        TopicPartition(self.topic, partition), timeout=max(deadline - time.monotonic(), 0.1)
+                    )
+                    break
+                except KafkaException as exc:
+                    if not _leader_moving(exc) or time.monotonic() + _RETRY_PAUSE_S >= deadline:
+                        raise KafkaUnavailable(
+                            f"reading the end offsets of {self.topic} at {self.bootstrap}: {exc}"
+                        ) from exc
+                    time.sleep(_RETRY_PAUSE_S)
+            ends[partition] = high
         return ends
 
     def _consume(self, timeout: float) -> list[Message]:
         try:
-            return self._consumer.consume(num_messages=_BATCH, timeout=timeout)
+            return take_arrived(self._consumer, _BATCH, timeout)
         except KafkaException as exc:
             raise KafkaUnavailable(f"reading {self.topic} at {self.bootstrap}: {exc}") from exc
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from streaming.cli import main
@@ -24,6 +25,7 @@ from streaming.tables.reader import (
     MirrorTableReader,
     RouteTableReader,
     TableReader,
+    _leader_moving,
     read_routes,
 )
 from streaming.tables.topic_io import produce_records, publish_catalogs, read_catalogs
@@ -362,6 +364,30 @@ def test_a_reader_of_a_topic_created_later_reads_it_once_it_exists(
         write(kafka_bootstrap, topic, (b"i1/AW/Local", route_value(LOCAL_ROUTE)))
         assert reader.poll() is True  # the first poll after a read that found no topic looks again
         assert reader.routes == (LOCAL_ROUTE,) and reader.version == "p0:1"
+
+
+def test_a_topic_read_the_moment_it_was_created_waits_for_its_leader(
+    kafka_bootstrap: str, unique_topic: Callable[[str], str]
+) -> None:
+    """As `router run` reads the mirrors topic it has just created: the broker the metadata names as
+    leader may not lead yet and answers NOT_LEADER_FOR_PARTITION (seen under load), which the
+    reader asks again; on an idle broker the first answer is usually right already."""
+    for n in range(8):
+        topic = unique_topic(f"mirrors{n}")
+        ensure_topics(kafka_bootstrap, [topic], compacted=True)
+        with MirrorTableReader(kafka_bootstrap, topic) as reader:
+            assert reader.read_to_end() is False
+            assert reader.version == "p0:0"
+
+
+def test_only_a_leader_not_ready_yet_is_asked_again() -> None:
+    def raised(code: int) -> KafkaException:
+        return KafkaException(KafkaError(code, "Failed to get watermark offsets"))
+
+    assert _leader_moving(raised(KafkaError.NOT_LEADER_FOR_PARTITION))
+    assert _leader_moving(raised(KafkaError.LEADER_NOT_AVAILABLE))
+    assert not _leader_moving(raised(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    assert not _leader_moving(raised(KafkaError.UNKNOWN_TOPIC_OR_PART))
 
 
 # --- catalogs ------------------------------------------------------------------------------------
