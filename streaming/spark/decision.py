@@ -63,13 +63,15 @@ DECISION_COLUMNS = (
     "d_topic",
     "d_snapshot",
     "d_decided_at",
+    "d_headers",
 )
 """What `decide` adds (`router.rules.Decide`); `k_change` is "first" when the conversation kept no
 choice, "again" when it kept another (its route is gone), else null; `d_topic` is the topic the
 message goes to when the snapshot was built with `TopicNaming`, else null; `d_snapshot` is the
 version of the snapshot it was decided with; `d_decided_at` is the row's `batch_ms` as ISO-8601 UTC
 text (`streaming.spark.sources.TIME_FORMAT`), on every row, made once per batch time (null when the
-rows have no `batch_ms`)."""
+rows have no `batch_ms`); `d_headers` are the Kafka headers the message leaves with
+(`streaming.spark.output.MESSAGE_HEADERS`) when the snapshot was built with `TopicNaming`, else null."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,7 @@ def snapshot_json(
             "address": i.address,
             "forwarding": i.forwarding,
             "forward_size_mb": i.forward_size_mb,
+            "retry_ms": int(i.retry_s * 1000),
             "databases": [
                 {
                     "name": d.name,

@@ -2,9 +2,8 @@
 
 One decided row gives up to four records, made in one projection and written in one Kafka write:
 
-* its message, to its destination topic with the decision in its headers (`outcome`, `route`,
-  `match_step`, `choice_step`, `reason`, `database`, `address`, `scope`, `snapshot_version`,
-  `decided_at`, and `due_at` on delayed ones); a record that does not decode goes to the
+* its message, to its destination topic with the decision in its headers (`MESSAGE_HEADERS`,
+  made by the decision's pass, `router.rules.Headers`); a record that does not decode goes to the
   dead-letter topic instead, with its error;
 * the choice it made (K2), to the choices topic, when it is the first of its entry to choose in
   the batch;
@@ -34,8 +33,7 @@ from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, St
 from streaming import topics
 from streaming.kafka.avro import schema_json
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, MISSING_ROUTE_MESSAGE_TYPE
-from streaming.spark.decision import KEPT_COLUMNS
-from streaming.spark.sources import SOURCE_DELAYED, SOURCE_INBOUND, TIME_FORMAT, Topology
+from streaming.spark.sources import SOURCE_DELAYED, SOURCE_INBOUND, Topology
 from streaming.spark.state import FIRST_COLUMN, choice_key, choice_value
 
 DESTINATION_UNAVAILABLE = "destination_unavailable"
@@ -47,6 +45,27 @@ HOME_COLUMN = "home_instance"
 
 HEADER_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 RECORD_FIELDS = ("key", "value", "topic", "headers")
+MESSAGE_HEADERS = (
+    "outcome",
+    "route",
+    "match_step",
+    "choice_step",
+    "reason",
+    "database",
+    "address",
+    "scope",
+    "requests",
+    "snapshot_version",
+    "decided_at",
+    "router_instance",
+    "due_at",
+    "kept_bid",
+    "kept_route_service",
+    "kept_address",
+)
+"""The headers of a decided message, in order; one whose value is null is left out. `due_at` (when
+it falls due, D2) and the `kept_*` ones (its conversation's kept choice, K2, read back with it) are
+on delayed messages only."""
 
 
 @dataclass(frozen=True)
@@ -80,11 +99,6 @@ def _record(key: Column, value: Column, topic: Column, headers_: Column) -> Colu
         topic.cast("string").alias("topic"),
         headers_.cast(HEADER_TYPE).alias("headers"),
     )
-
-
-def _now_text(offset_s: float = 0.0) -> Column:
-    """The batch's time (`batch_ms`, from the state processor), `offset_s` on, as ISO-8601 UTC text."""
-    return F.date_format(F.timestamp_millis(F.col("batch_ms") + F.lit(int(offset_s * 1000))), TIME_FORMAT)
 
 
 def _message_value() -> Column:
@@ -125,37 +139,28 @@ def output_records(decided: DataFrame, d: Destinations) -> DataFrame:
     t = d.topology
     outcome = F.col("outcome")
     good = F.col("error").isNull()
-    decided_at = F.col("d_decided_at")  # the batch's time, as text once per batch (`_now_text`)
-    message_headers = headers(
-        [
-            ("outcome", outcome),
-            ("route", F.col("d_route")),
-            ("match_step", F.col("match_step")),
-            ("choice_step", F.col("choice_step")),
-            ("reason", F.col("reason")),
-            ("database", F.col("d_database")),
-            ("address", F.col("d_address")),
-            ("scope", F.col("d_scope")),
-            ("requests", F.col("requests")),
-            ("snapshot_version", F.col("d_snapshot")),
-            ("decided_at", decided_at),
-            ("router_instance", F.col("instance")),
-            ("due_at", F.when(outcome == "delayed", _now_text(t.retry_s))),
-            # K2: a delayed message takes its conversation's kept choice along (read back into the state).
-            *[(c, F.when(outcome == "delayed", F.col(c))) for c in KEPT_COLUMNS],
-        ]
-    )
-    refused_headers = headers([("destination", F.col("_dest")), ("error", F.col("_unavailable"))])
-    message = _record(
-        F.col("conversation_id"),
-        _message_value(),
-        F.when(F.col("_unavailable").isNotNull(), t.topic_for(topics.dropped_topic)).otherwise(
-            F.col("_dest")
-        ),
-        F.when(F.col("_unavailable").isNotNull(), F.concat(message_headers, refused_headers)).otherwise(
-            message_headers
-        ),
-    )
+    decided_at = F.col("d_decided_at")  # the batch's time, as text once per batch
+    # The decision's headers (`MESSAGE_HEADERS`), made by its pass.
+    message = _record(F.col("conversation_id"), _message_value(), F.col("_dest"), F.col("d_headers"))
+    if d.unavailable:
+        # A message whose destination cannot be written leaves as dropped, for that reason, with
+        # the destination and the error. Only while such a destination exists: the filter is a
+        # function Spark does not compile, and the whole projection would be interpreted with it.
+        refused_headers = F.concat(
+            F.filter(F.col("d_headers"), lambda h: ~h["key"].isin("outcome", "reason")),
+            headers(
+                [
+                    ("outcome", outcome),
+                    ("reason", F.col("reason")),
+                    ("destination", F.col("_dest")),
+                    ("error", F.col("_unavailable")),
+                ]
+            ),
+        )
+        refused = _record(
+            F.col("conversation_id"), _message_value(), t.topic_for(topics.dropped_topic), refused_headers
+        )
+        message = F.when(F.col("_unavailable").isNotNull(), refused).otherwise(message)
     home = F.col(HOME_COLUMN)
     source_topic = (
         F.when(F.col("source") == SOURCE_DELAYED, t.topic_for(topics.delayed_topic, home))

@@ -25,6 +25,7 @@ from streaming.kafka.admin import end_offsets, ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, Database, Instance, Route, normalize_address
 from streaming.spark.job import RouterJob
+from streaming.spark.output import MESSAGE_HEADERS
 from streaming.tables.reader import read_routes
 from streaming.tables.topic_io import publish_catalogs, put_route
 
@@ -155,6 +156,12 @@ def test_routes_each_message_to_its_destination_with_decision_headers(
     assert [(h["outcome"], h["database"], h["route"]) for h, _ in delivered] == [
         ("deliver", "AW", "AutoCreatedLocal")
     ]
+    # The headers, in MESSAGE_HEADERS' order; those without a value (no reason) are left out.
+    assert list(delivered[0][0]) == [
+        "outcome", "route", "match_step", "choice_step", "database", "scope",
+        "snapshot_version", "decided_at", "router_instance",
+    ]  # fmt: skip
+    assert [k for k in MESSAGE_HEADERS if k in delivered[0][0]] == list(delivered[0][0])
 
     # Topic names come from streaming.topics: escaped service names, normalized addresses.
     odd = read_all(kafka_bootstrap, topics.queue_topic("i1", "AW", ODD, prefix))
@@ -164,7 +171,11 @@ def test_routes_each_message_to_its_destination_with_decision_headers(
 
     delayed = read_all(kafka_bootstrap, topics.delayed_topic("i1", prefix))
     assert [(h["outcome"], h["reason"]) for h, _ in delayed] == [("delayed", "service_not_found")]
-    assert "due_at" in delayed[0][0]
+    assert [k for k in MESSAGE_HEADERS if k in delayed[0][0]] == list(delayed[0][0])
+    assert "due_at" in delayed[0][0] and delayed[0][0]["router_instance"] == "i1"
+    decided_at = datetime.fromisoformat(delayed[0][0]["decided_at"].replace("Z", "+00:00"))
+    due_at = datetime.fromisoformat(delayed[0][0]["due_at"].replace("Z", "+00:00"))
+    assert (due_at - decided_at).total_seconds() == 600.0  # the catalog's retry_s
 
     # S3: an inbound record is remote whatever origin it claims; msdb's ACL cannot locate it (D5).
     dropped = read_all(kafka_bootstrap, topics.dropped_topic("i1", prefix))

@@ -64,15 +64,22 @@ import scala.runtime.AbstractFunction1;
  * network topic for {@code send} and {@code forward}, the instance's delayed topic, else its
  * dropped topic; {@code d_snapshot}, the version of the route snapshot it was decided with; and
  * {@code d_decided_at}, on every row (a dead letter's too), the row's {@code batch_ms} as ISO-8601
- * UTC text ({@link #TIME_TEXT}; null without that column), made once per batch time, not per row.
+ * UTC text ({@link #TIME_TEXT}; null without that column), made once per batch time, not per row;
+ * and {@code d_headers}, when the snapshot names topics, the Kafka headers the decided message
+ * leaves with ({@link Headers}; null on a row that is not decided).
  */
 public final class Decide {
   static final String[] COLUMNS = {
     "outcome", "d_database", "d_address", "d_route", "match_step", "choice_step", "reason", "requests",
     "d_hops_remaining", "d_scope", "k_bid", "k_route_service", "k_address", "k_change", "d_topic",
-    "d_snapshot", "d_decided_at"
+    "d_snapshot", "d_decided_at", "d_headers"
   };
   private static final int DECIDED_AT = 16;
+  private static final int HEADERS = 17;
+  /** A Kafka record's headers, as the Kafka sink takes them: {@code streaming.spark.output.HEADER_TYPE}. */
+  static final DataType HEADER_TYPE =
+      DataTypes.createArrayType(
+          new StructType().add("key", DataTypes.StringType).add("value", DataTypes.BinaryType), true);
   /** How {@code d_decided_at} is written: {@code streaming.spark.sources.TIME_FORMAT}. */
   static final DateTimeFormatter TIME_TEXT =
       DateTimeFormatter.ofPattern("yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").withZone(ZoneOffset.UTC);
@@ -94,7 +101,8 @@ public final class Decide {
   public static StructType outputSchema(StructType input) {
     StructType out = input;
     for (int i = 0; i < COLUMNS.length; i++) {
-      DataType type = i == HOPS ? DataTypes.IntegerType : DataTypes.StringType;
+      DataType type =
+          i == HOPS ? DataTypes.IntegerType : i == HEADERS ? HEADER_TYPE : DataTypes.StringType;
       out = out.add(COLUMNS[i], type, true);
     }
     return out;
@@ -209,6 +217,9 @@ public final class Decide {
     /** The last batch time seen and its text: every row of a batch has the same. */
     private long decidedMs = Long.MIN_VALUE;
     private UTF8String decidedText;
+    /** The last due time (D2) written and its text: a batch's delayed messages share one. */
+    private long dueMs = Long.MIN_VALUE;
+    private UTF8String dueText;
 
     Scan(Iterator<InternalRow> rows, Columns columns, DecisionInputs inputs, int partitions) {
       this.rows = rows;
@@ -304,18 +315,27 @@ public final class Decide {
       if (Decision.DELAYED.equals(d.outcome)) {
         delayed.add(endpoint);
       }
-      decision.update(0, utf8(d.outcome));
-      decision.update(1, utf8(d.database));
-      decision.update(2, utf8(d.address));
-      decision.update(3, utf8(d.route));
-      decision.update(4, utf8(d.matchStep));
-      decision.update(5, utf8(d.choiceStep));
-      decision.update(6, utf8(d.reason));
-      decision.update(7, utf8(d.requests));
+      UTF8String outcome = utf8(d.outcome);
+      UTF8String route = utf8(d.route);
+      UTF8String matchStep = utf8(d.matchStep);
+      UTF8String choiceStep = utf8(d.choiceStep);
+      UTF8String reason = utf8(d.reason);
+      UTF8String database = utf8(d.database);
+      UTF8String address = utf8(d.address);
+      UTF8String requests = utf8(d.requests);
+      UTF8String scope = utf8(d.scope);
+      decision.update(0, outcome);
+      decision.update(1, database);
+      decision.update(2, address);
+      decision.update(3, route);
+      decision.update(4, matchStep);
+      decision.update(5, choiceStep);
+      decision.update(6, reason);
+      decision.update(7, requests);
       if (d.hopsRemaining != null) {
         decision.setInt(HOPS, d.hopsRemaining);
       }
-      decision.update(9, utf8(d.scope));
+      decision.update(9, scope);
       if (d.remembered != null) {
         chosen.put(entry, d.remembered);
         decision.update(10, utf8(d.remembered.brokerInstance));
@@ -327,10 +347,46 @@ public final class Decide {
           decision.update(13, AGAIN);
         }
       }
-      if (snapshot.prefix != null) {
-        decision.update(14, topic(d, site, m.service));
-      }
       decision.update(15, version);
+      if (snapshot.prefix == null) {
+        return;
+      }
+      decision.update(14, topic(d, site, m.service));
+      Headers h = new Headers();
+      h.add(Headers.OUTCOME, outcome);
+      h.add(Headers.ROUTE, route);
+      h.add(Headers.MATCH_STEP, matchStep);
+      h.add(Headers.CHOICE_STEP, choiceStep);
+      h.add(Headers.REASON, reason);
+      h.add(Headers.DATABASE, database);
+      h.add(Headers.ADDRESS, address);
+      h.add(Headers.SCOPE, scope);
+      h.add(Headers.REQUESTS, requests);
+      h.add(Headers.SNAPSHOT_VERSION, version);
+      h.add(Headers.DECIDED_AT, (UTF8String) decision.get(DECIDED_AT, DataTypes.StringType));
+      h.add(Headers.ROUTER_INSTANCE, row.getUTF8String(c.instance));
+      if (Decision.DELAYED.equals(d.outcome)) {
+        // D2: when it falls due; K2: the conversation's kept choice travels with it (read back).
+        if (c.batchMs >= 0 && !row.isNullAt(c.batchMs)) {
+          h.add(Headers.DUE_AT, dueAt(row.getLong(c.batchMs) + site.retryMs));
+        }
+        h.add(Headers.KEPT_BID, utf8At(row, c.keptBroker));
+        h.add(Headers.KEPT_ROUTE_SERVICE, utf8At(row, c.keptService));
+        h.add(Headers.KEPT_ADDRESS, utf8At(row, c.keptAddress));
+      }
+      decision.update(HEADERS, h.array());
+    }
+
+    private UTF8String dueAt(long ms) {
+      if (ms != dueMs) {
+        dueMs = ms;
+        dueText = UTF8String.fromString(TIME_TEXT.format(Instant.ofEpochMilli(ms)));
+      }
+      return dueText;
+    }
+
+    private static UTF8String utf8At(InternalRow row, int index) {
+      return index < 0 || row.isNullAt(index) ? null : row.getUTF8String(index);
     }
 
     /** The topic a decided message goes to (see the class comment). */

@@ -216,6 +216,8 @@ public final class Snapshot implements Serializable {
     /** This instance's delayed and dropped topics, or null when the snapshot names no topics. */
     final String delayedTopic;
     final String droppedTopic;
+    /** D2: how long a delayed conversation of this instance waits before it is routed again. */
+    final long retryMs;
 
     Site(JsonNode node) {
       this.key = text(node, "key");
@@ -256,6 +258,8 @@ public final class Snapshot implements Serializable {
       JsonNode topics = node.get("topics");
       this.delayedTopic = topics == null ? null : text(topics, "delayed");
       this.droppedTopic = topics == null ? null : text(topics, "dropped");
+      JsonNode retry = node.get("retry_ms");
+      this.retryMs = retry == null ? 0L : retry.asLong();
     }
 
     Table table(String scope) {
