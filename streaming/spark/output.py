@@ -141,11 +141,12 @@ def output_records(decided: DataFrame, d: Destinations) -> DataFrame:
     good = F.col("error").isNull()
     decided_at = F.col("d_decided_at")  # the batch's time, as text once per batch
     # The decision's headers (`MESSAGE_HEADERS`), made by its pass.
-    message = _record(F.col("conversation_id"), _message_value(), F.col("_dest"), F.col("d_headers"))
+    topic, message_headers = F.col("_dest"), F.col("d_headers")
     if d.unavailable:
         # A message whose destination cannot be written leaves as dropped, for that reason, with
         # the destination and the error. Only while such a destination exists: the filter is a
         # function Spark does not compile, and the whole projection would be interpreted with it.
+        refused = F.col("_unavailable").isNotNull()
         refused_headers = F.concat(
             F.filter(F.col("d_headers"), lambda h: ~h["key"].isin("outcome", "reason")),
             headers(
@@ -157,10 +158,9 @@ def output_records(decided: DataFrame, d: Destinations) -> DataFrame:
                 ]
             ),
         )
-        refused = _record(
-            F.col("conversation_id"), _message_value(), t.topic_for(topics.dropped_topic), refused_headers
-        )
-        message = F.when(F.col("_unavailable").isNotNull(), refused).otherwise(message)
+        topic = F.when(refused, t.topic_for(topics.dropped_topic)).otherwise(topic)
+        message_headers = F.when(refused, refused_headers).otherwise(message_headers)
+    message = _record(F.col("conversation_id"), _message_value(), topic, message_headers)
     home = F.col(HOME_COLUMN)
     source_topic = (
         F.when(F.col("source") == SOURCE_DELAYED, t.topic_for(topics.delayed_topic, home))
