@@ -188,6 +188,20 @@ public final class Decide {
     }
   }
 
+  /** An instant as {@link #TIME_TEXT}, made again only when the instant changes. */
+  static final class InstantText {
+    private long ms = Long.MIN_VALUE;
+    private UTF8String text;
+
+    UTF8String of(long at) {
+      if (at != ms) {
+        ms = at;
+        text = UTF8String.fromString(TIME_TEXT.format(Instant.ofEpochMilli(at)));
+      }
+      return text;
+    }
+  }
+
   /** One partition's pass: the rows in, each with its decision. */
   static final class Scan implements Iterator<InternalRow> {
     private static final UTF8String FIRST = UTF8String.fromString("first");
@@ -214,12 +228,10 @@ public final class Decide {
     private final Rotation rotation;
     private final DecisionInputs inputs;
     private boolean reported;
-    /** The last batch time seen and its text: every row of a batch has the same. */
-    private long decidedMs = Long.MIN_VALUE;
-    private UTF8String decidedText;
-    /** The last due time (D2) written and its text: a batch's delayed messages share one. */
-    private long dueMs = Long.MIN_VALUE;
-    private UTF8String dueText;
+    /** The batch's time as text: every row of a batch has the same. */
+    private final InstantText decidedAt = new InstantText();
+    /** A delayed message's due time (D2) as text: a batch's delayed messages share one. */
+    private final InstantText dueAt = new InstantText();
 
     Scan(Iterator<InternalRow> rows, Columns columns, DecisionInputs inputs, int partitions) {
       this.rows = rows;
@@ -252,7 +264,7 @@ public final class Decide {
         decision.setNullAt(i);
       }
       if (c.batchMs >= 0 && !row.isNullAt(c.batchMs)) {
-        decision.update(DECIDED_AT, decidedAt(row.getLong(c.batchMs)));
+        decision.update(DECIDED_AT, decidedAt.of(row.getLong(c.batchMs)));
       }
       Snapshot.Site site = (c.error >= 0 && !row.isNullAt(c.error)) ? null : snapshot.site(string(row, c.instance));
       if (site != null) {
@@ -261,14 +273,6 @@ public final class Decide {
       // Not copied into an UnsafeRow here: the scan of the DataFrame over this pass (`apply`) reads
       // the fields it needs, and copies the row when a step needs one, before the next row comes.
       return joined.apply(row, decision);
-    }
-
-    private UTF8String decidedAt(long ms) {
-      if (ms != decidedMs) {
-        decidedMs = ms;
-        decidedText = UTF8String.fromString(TIME_TEXT.format(Instant.ofEpochMilli(ms)));
-      }
-      return decidedText;
     }
 
     private void decide(InternalRow row, Snapshot.Site site) {
@@ -368,21 +372,13 @@ public final class Decide {
       if (Decision.DELAYED.equals(d.outcome)) {
         // D2: when it falls due; K2: the conversation's kept choice travels with it (read back).
         if (c.batchMs >= 0 && !row.isNullAt(c.batchMs)) {
-          h.add(Headers.DUE_AT, dueAt(row.getLong(c.batchMs) + site.retryMs));
+          h.add(Headers.DUE_AT, dueAt.of(row.getLong(c.batchMs) + site.retryMs));
         }
         h.add(Headers.KEPT_BID, utf8At(row, c.keptBroker));
         h.add(Headers.KEPT_ROUTE_SERVICE, utf8At(row, c.keptService));
         h.add(Headers.KEPT_ADDRESS, utf8At(row, c.keptAddress));
       }
       decision.update(HEADERS, h.array());
-    }
-
-    private UTF8String dueAt(long ms) {
-      if (ms != dueMs) {
-        dueMs = ms;
-        dueText = UTF8String.fromString(TIME_TEXT.format(Instant.ofEpochMilli(ms)));
-      }
-      return dueText;
     }
 
     private static UTF8String utf8At(InternalRow row, int index) {
