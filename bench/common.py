@@ -22,16 +22,19 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import fastavro
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, Producer, TopicPartition
+from pyspark.sql import SparkSession
 
 from streaming import topics
 from streaming.kafka.admin import cluster_metadata, end_offsets, ensure_topics
 from streaming.kafka.avro import encode_route, new_message_record, parsed_schema, route_to_record
 from streaming.kafka.embedded import EmbeddedKafka
 from streaming.rules.model import Database, Instance, Route, normalize_address
+from streaming.spark.session import build_session
 from streaming.tables.operations import route_key
 from streaming.tables.reader import consumer
 from streaming.tables.topic_io import publish_catalogs
@@ -78,6 +81,17 @@ def kafka(bootstrap: str | None) -> Iterator[str]:
     finally:
         broker.stop()
         shutil.rmtree(state, ignore_errors=True)
+
+
+@contextmanager
+def spark_bench(bootstrap: str | None, name: str) -> Iterator[tuple[SparkSession, str, Path]]:
+    """A broker (`kafka`), a SparkSession called `name` and a scratch folder, removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix=f"{name}-"))
+    try:
+        with kafka(bootstrap) as address:
+            yield build_session(name), address, folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # --- the records ---------------------------------------------------------------------------------

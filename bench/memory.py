@@ -19,8 +19,6 @@ reads both again. Without --bootstrap it starts the embedded broker on a free po
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -34,17 +32,16 @@ from bench.common import (
     I1,
     encode_fast,
     flush_all,
-    kafka,
     new_prefix,
     prepare,
     produce,
     progress,
+    spark_bench,
     tuned_producer,
 )
 from streaming.config import load_settings
 from streaming.kafka.avro import new_message_record
 from streaming.spark.job import RouterJob
-from streaming.spark.session import build_session
 from streaming.spark.state import read_state
 
 SERVICES = 8
@@ -155,13 +152,8 @@ def main() -> None:
     parser.add_argument("--keep", type=float, default=300.0, help="keep_choice_s (default 300)")
     parser.add_argument("--bootstrap", help="an existing broker (default: start an embedded one)")
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="router-bench-memory-"))
-    try:
-        with kafka(args.bootstrap) as bootstrap:
-            spark = build_session("router-bench-memory")
-            result = measure_memory(spark, bootstrap, args.conversations, args.keep, folder)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with spark_bench(args.bootstrap, "router-bench-memory") as (spark, bootstrap, folder):
+        result = measure_memory(spark, bootstrap, args.conversations, args.keep, folder)
     for name, h in (("after routing", result.routed), ("after expiry", result.expired)):
         print(
             f"{name}: heap {h.heap_mb:,.0f} MiB, {h.state_keys:,} state keys, "

@@ -1,6 +1,6 @@
 """`make bench`: every figure of the benchmark, measured in one run on one embedded broker.
 
-usage: python -m bench.run [--messages N] [--routes 10,1000,100000] [--per-batch N]
+usage: python -m bench.run [--messages N] [--routes 10,1000,100000] [--per-batch N] [--warm-ups N]
                            [--rates 1000,10000] [--duration 60] [--conversations N] [--keep S]
                            [--late 0.1] [--retry S] [--quick] [--out-dir bench]
 
@@ -10,13 +10,14 @@ In order, on the same broker and the same kind of records (`bench.common`):
    ConsumerPerformance and ProducerPerformance;
 2. throughput (`bench.throughput`): the Spark pass-through and the router with each route-table
    size, with the Spark jobs and stages of each micro-batch;
-3. the Python loop a user might write instead (`bench.python_loop`), on 10 routes;
-4. the router with a share (`--late`) of the conversations delayed, then released once routes for
+3. where the router's CPU goes (`bench.profile`): its steps' shares of the JVM's CPU samples;
+4. the Python loop a user might write instead (`bench.python_loop`), on 10 routes;
+5. the router with a share (`--late`) of the conversations delayed, then released once routes for
    them are written (`bench.throughput.run_delayed`);
-5. memory (`bench.memory`): driver heap and state store after `--conversations` conversations,
+6. memory (`bench.memory`): driver heap and state store after `--conversations` conversations,
    and once their kept choices have expired;
-6. latency under a fixed offered load (`bench.latency`), `router run` with its default trigger;
-7. route-change propagation and delayed-retry precision (`bench.timing`).
+7. latency under a fixed offered load (`bench.latency`), `router run` with its default trigger;
+8. route-change propagation and delayed-retry precision (`bench.timing`).
 
 It writes `results.json` (every figure), `RESULTS.md` (the figures, each aim met or not, the machine
 and versions) and `chart.png` (throughput per system; latency per offered load) into `--out-dir`.
@@ -42,8 +43,9 @@ from bench.chart import render_chart
 from bench.common import kafka, new_prefix, prepare, progress, routes_for
 from bench.latency import LatencyResult, LatencyRun, measure_latency
 from bench.memory import MemoryResult, measure_memory
+from bench.profile import PASS_THROUGH_STEPS, Profile, profile_router, render_profile
 from bench.python_loop import LoopResult, python_loop
-from bench.throughput import DelayedRun, Measurement, measure_throughput, run_delayed
+from bench.throughput import WARM_UPS, DelayedRun, Measurement, measure_throughput, run_delayed
 from bench.timing import TimingRun, measure_timing
 from bench.transport import confluent_copy, consumer_performance, mean_message_size, producer_performance
 from streaming.config import Settings
@@ -79,6 +81,9 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=300_000, help="records per throughput run")
     parser.add_argument("--routes", default="10,1000,100000", help="route-table sizes")
     parser.add_argument("--per-batch", type=int, default=100_000, help="records per micro-batch")
+    parser.add_argument(
+        "--warm-ups", type=int, default=WARM_UPS, help="unmeasured runs of both Spark queries first"
+    )
     parser.add_argument("--rates", default="1000,10000", help="offered loads for latency, msg/s")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds per offered load")
     parser.add_argument("--conversations", type=int, default=1_000_000, help="for the memory figures")
@@ -99,29 +104,34 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="router-bench-"))
     try:
         with kafka(None) as bootstrap:
-            progress("bench: 1/7 the transport")
+            progress("bench: 1/8 the transport")
             prefix = new_prefix()
             source = prepare(bootstrap, prefix, 10, args.messages)
             copy = confluent_copy(bootstrap, source, f"{prefix}.copy", args.messages)
             consumed = consumer_performance(bootstrap, source, args.messages)
             produced = producer_performance(bootstrap, f"{prefix}.perf", args.messages, mean_message_size())
             spark = build_session("router-bench")
-            progress("bench: 2/7 throughput: pass-through and router")
-            throughput = measure_throughput(spark, bootstrap, folder, sizes, args.messages, args.per_batch)
-            progress("bench: 3/7 the Python loop")
+            progress("bench: 2/8 throughput: pass-through and router")
+            throughput = measure_throughput(
+                spark, bootstrap, folder, sizes, args.messages, args.per_batch, args.warm_ups
+            )
+            progress("bench: 3/8 where the router's CPU goes")
+            # Warm from the throughput runs: one warm-up, for the recorder's own start.
+            profile = profile_router(spark, bootstrap, folder, args.messages, args.per_batch, 1, 2)
+            progress("bench: 4/8 the Python loop")
             prefix = new_prefix()
             source = prepare(bootstrap, prefix, 10, args.messages)
             loop = python_loop(bootstrap, source, prefix, args.messages, routes_for(10))
-            progress(f"bench: 4/7 the router with {args.late:.0%} of the conversations delayed")
+            progress(f"bench: 5/8 the router with {args.late:.0%} of the conversations delayed")
             delayed = run_delayed(
                 spark, bootstrap, folder, args.messages, args.per_batch, args.late, args.retry
             )
-            progress(f"bench: 5/7 memory with {args.conversations:,} conversations")
+            progress(f"bench: 6/8 memory with {args.conversations:,} conversations")
             memory = measure_memory(spark, bootstrap, args.conversations, args.keep, folder)
             spark.stop()  # the next two run `router run` in processes of their own
-            progress("bench: 6/7 latency under a fixed offered load")
+            progress("bench: 7/8 latency under a fixed offered load")
             latency = measure_latency(bootstrap, rates, args.duration)
-            progress("bench: 7/7 route-change propagation and delayed-retry precision")
+            progress("bench: 8/8 route-change propagation and delayed-retry precision")
             timing = measure_timing(bootstrap)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -146,6 +156,7 @@ def main() -> None:
             }
             for m in throughput
         ],
+        "profile": {"samples": dict(profile.samples), "msg_s": profile.rate},
         "python_loop_msg_s": loop.rate,
         "delayed": {
             "messages": delayed.messages,
@@ -175,7 +186,7 @@ def main() -> None:
     }
     chart_latency = {f"{r.target_rate:,.0f} msg/s": r.percentiles() for r in latency.results}
     render_chart(chart_rates, chart_latency, out / "chart.png", title=f"ssb-kafka-router, {started:%Y-%m-%d}")
-    report = render(figures, throughput, loop, delayed, memory, latency, timing)
+    report = render(figures, throughput, profile, loop, delayed, memory, latency, timing)
     (out / "RESULTS.md").write_text(report, encoding="utf-8")
     print(report)
 
@@ -185,6 +196,28 @@ def _summary(result: LatencyResult) -> dict[str, Any]:
     return {k: v for k, v in asdict(result).items() if k != "latencies_ms"}
 
 
+def _profile_section(profile: Profile) -> list[str]:
+    """Where the router's CPU goes, and what it would take to reach 0.7x the pass-through."""
+    p = profile.pass_through_share()
+    # If the pass-through cost what its steps cost in the router, the router would run at p of its
+    # rate; at 0.7x, the other steps' share (1 - p) would have to fit in p / 0.7 - p.
+    shrink = (1 - p) / (p / 0.7 - p) if 0 < p < 0.7 else float("nan")
+    return [
+        "## Where the router's CPU goes",
+        "",
+        f"The JVM's CPU samples (Flight Recorder, every 10 ms; {profile.total:,} samples) over two warm "
+        f"replays of 10 routes at {profile.rate:,.0f} msg/s (`python -m bench.profile`), by step, in the "
+        "order the data goes through them:",
+        "",
+        *render_profile(profile),
+        "",
+        f"The steps the pass-through also runs ({', '.join(PASS_THROUGH_STEPS)}) hold {p:.0%} of the "
+        "samples. Were the pass-through to cost what those steps cost here, then for the router to run "
+        f"at 0.7x the pass-through, the other steps would have to cost {shrink:.1f}x less than they do.",
+        "",
+    ]
+
+
 def _met(ok: bool) -> str:
     return "met" if ok else "**not met**"
 
@@ -192,6 +225,7 @@ def _met(ok: bool) -> str:
 def render(
     figures: dict[str, Any],
     throughput: list[Measurement],
+    profile: Profile,
     loop: LoopResult,
     delayed: DelayedRun,
     memory: MemoryResult,
@@ -214,7 +248,8 @@ def render(
         "conversation id, two partitions), four per conversation, each conversation to one service: 90% to "
         "services named by routes, 10% to i1's local services. Both Spark queries read micro-batches of at "
         f"most {s['per_batch']:,} records. Rates are messages per second of the query's time. Before the "
-        "measured runs, one unmeasured run of each Spark query on as many records warms the JVM up.",
+        f"measured runs, {s['warm_ups']} unmeasured runs of each Spark query on as many records warm the JVM "
+        "up (`router run` runs for hours: its JIT has long finished compiling).",
         "",
         "## Throughput",
         "",
@@ -255,6 +290,7 @@ def render(
         "",
         f"Jobs per micro-batch before: {JOBS_BEFORE}.",
         "",
+        *_profile_section(profile),
     ]
     d = figures["delayed"]
     lines += [

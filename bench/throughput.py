@@ -1,6 +1,6 @@
 """Routing throughput against a Kafka-to-Kafka pass-through, on the same records.
 
-usage: python -m bench.throughput [--messages N] [--routes 10,1000,100000] [--per-batch N]
+usage: python -m bench.throughput [--messages N] [--routes 10,1000,100000] [--per-batch N] [--warm-ups N]
                                   [--bootstrap HOST:PORT]
 
 For each route-table size it loads a fresh topic namespace with that many routes, produces N
@@ -14,7 +14,7 @@ at most `--per-batch` records:
   decides against the broadcast route snapshot and writes every message to its destination topic
   with decision headers. A listener counts the Spark jobs and stages of each micro-batch.
 
-A first, unmeasured run of both, on as many records, warms the JVM up. Rates are messages per
+`WARM_UPS` unmeasured runs of both, on as many records, warm the JVM up first. Rates are messages per
 second of query time. `run_delayed` times the router on records of which a share of the
 conversations has no route until routes are written, and `bench.run` gathers everything into
 bench/RESULTS.md. Without --bootstrap it starts the embedded broker on a free port.
@@ -23,9 +23,7 @@ bench/RESULTS.md. Without --bootstrap it starts the embedded broker on a free po
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,15 +32,17 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 
-from bench.common import I1, kafka, late_routes, new_prefix, prepare, progress
+from bench.common import I1, late_routes, new_prefix, prepare, progress, spark_bench
 from streaming import topics
 from streaming.config import Settings, load_settings
 from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import schema_json
 from streaming.spark.job import RouterJob
 from streaming.spark.progress import BatchReport
-from streaming.spark.session import build_session
 from streaming.tables.topic_io import put_route
+
+WARM_UPS = 2
+"""Unmeasured runs of both queries before the measured ones (`measure_throughput`)."""
 
 
 @dataclass(frozen=True)
@@ -193,19 +193,29 @@ def run_delayed(
 
 
 def measure_throughput(
-    spark: SparkSession, bootstrap: str, folder: Path, sizes: list[int], messages: int, per_batch: int
+    spark: SparkSession,
+    bootstrap: str,
+    folder: Path,
+    sizes: list[int],
+    messages: int,
+    per_batch: int,
+    warm_ups: int = WARM_UPS,
 ) -> list[Measurement]:
-    """Pass-through and router on the same records, per route-table size, after a warm-up of both."""
-    # Warm-up, not measured, on as many records as a measured run: the first queries of a JVM run
+    """Pass-through and router on the same records, per route-table size, after warm-ups of both."""
+    # Warm-ups, not measured, on as many records as a measured run: the first queries of a JVM run
     # up to twice as slow (class loading, JIT), which would weigh on whichever query came first.
-    # After a warm-up of 50,000 records, a second run of the router on the same 300,000-record
-    # load was 42% faster than the first (13,332 against 9,410 msg/s): the table sizes were
-    # measured at different stages of the JIT's work.
-    prefix = new_prefix()
-    outbound = prepare(bootstrap, prefix, 10, messages)
-    progress(f"bench: warming up with {messages:,} messages")
-    run_passthrough(spark, bootstrap, outbound, f"{prefix}.passthrough", folder / f"{prefix}-pt", per_batch)
-    run_router(spark, router_settings(bootstrap, prefix, folder / f"{prefix}-router", per_batch))
+    # Replays of 300,000 messages, each by a new RouterJob in one JVM, ran at 8,667, 19,123,
+    # 22,942, 26,124 and 27,823 msg/s: after one warm-up, the JIT's compiler threads still took
+    # about 45% of the JVM's CPU (their CPU time, read per thread from /proc); `router run` runs
+    # for hours, past all that.
+    for i in range(warm_ups):
+        prefix = new_prefix()
+        outbound = prepare(bootstrap, prefix, 10, messages)
+        progress(f"bench: warm-up {i + 1} of {warm_ups} with {messages:,} messages")
+        run_passthrough(
+            spark, bootstrap, outbound, f"{prefix}.passthrough", folder / f"{prefix}-pt", per_batch
+        )
+        run_router(spark, router_settings(bootstrap, prefix, folder / f"{prefix}-router", per_batch))
     results = []
     for count in sizes:
         prefix = new_prefix()
@@ -239,16 +249,16 @@ def main() -> None:
         default=100_000,
         help="most records per micro-batch, for both queries (default 100000)",
     )
+    parser.add_argument(
+        "--warm-ups", type=int, default=WARM_UPS, help=f"unmeasured runs of both first (default {WARM_UPS})"
+    )
     parser.add_argument("--bootstrap")
     args = parser.parse_args()
     sizes = [int(s) for s in args.routes.split(",")]
-    folder = Path(tempfile.mkdtemp(prefix="router-bench-"))
-    try:
-        with kafka(args.bootstrap) as bootstrap:
-            spark = build_session("router-bench")
-            results = measure_throughput(spark, bootstrap, folder, sizes, args.messages, args.per_batch)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with spark_bench(args.bootstrap, "router-bench") as (spark, bootstrap, folder):
+        results = measure_throughput(
+            spark, bootstrap, folder, sizes, args.messages, args.per_batch, args.warm_ups
+        )
     for m in results:
         jobs, stages = m.router.jobs_per_batch()
         print(

@@ -38,6 +38,9 @@ JVM_OPTIONS = " ".join(
         # per batch after such a fall-back, 1.2-1.4 s without.
         "-XX:PerMethodTrapLimit=0",
         "-XX:PerBytecodeTrapLimit=0",
+        # A flight recording (bench.profile) keeps a task's whole stack, from the task's own
+        # frames in: a micro-batch's task runs deeper than the recorder's default of 64 frames.
+        "-XX:FlightRecorderOptions=stackdepth=256",
         # Avro allocates a string or bytes field at the length the record declares before reading
         # it: a few garbage bytes can declare 2 GB and end the JVM (OutOfMemoryError). Past this
         # length a value is undecodable and dead-lettered instead.

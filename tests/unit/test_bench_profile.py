@@ -1,0 +1,116 @@
+"""bench.profile: each CPU sample is put in the router step its thread and stack belong to."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.profile import PASS_THROUGH_STEPS, STEPS, Profile, by_step, step_of
+
+TASK = "Executor task launch worker for task 1.0 in stage 7.0 (TID 12)"
+MAP = ["java.lang.Thread.run", "org.apache.spark.scheduler.ShuffleMapTask.runTask"]
+RESULT = [
+    "java.lang.Thread.run",
+    "org.apache.spark.sql.kafka010.KafkaWriteTask.execute",
+    "org.apache.spark.sql.catalyst.expressions.GeneratedClass$GeneratedIteratorForCodegenStage2.processNext",
+]
+PULL = [
+    "router.rules.Decide$Scan.hasNext",
+    "scala.collection.convert.JavaCollectionWrappers$IteratorWrapper.hasNext",
+]
+STATE = ["org.apache.spark.sql.execution.streaming.TransformWithStateExec.processNewData"]
+STEP = ["router.state.RouterState$Step.handleInputRows", "router.state.RouterState$Step.step"]
+
+
+@pytest.mark.parametrize(
+    ("thread", "frames", "step"),
+    [
+        (TASK, [*MAP, "org.apache.spark.sql.kafka010.consumer.KafkaDataConsumer.get"], "read"),
+        (TASK, [*MAP, "org.apache.spark.sql.avro.AvroDataToCatalyst.nullSafeEval"], "decode"),
+        (TASK, [*MAP, "router.avro.TrailingBytes.call"], "decode"),
+        (TASK, [*MAP, "org.apache.spark.sql.catalyst.expressions.JsonToStructs.nullSafeEval"], "choices"),
+        (TASK, [*MAP, "org.apache.spark.shuffle.sort.BypassMergeSortShuffleWriter.write"], "shuffle"),
+        (TASK, [*RESULT, "router.rules.Decide$Scan.next", "router.rules.Decide$Scan.decide"], "decision"),
+        (
+            TASK,
+            [*RESULT, "router.rules.Decide$Scan.next", "router.rules.Headers.add", "java.util.Arrays.copyOf"],
+            "decision",
+        ),
+        (TASK, [*RESULT, *PULL, *STATE, *STEP, "router.state.ConversationMemory.step"], "memory: processor"),
+        (TASK, [*RESULT, *PULL, *STATE, *STEP, "org.rocksdb.RocksDB.get"], "memory: state store"),
+        (
+            TASK,
+            [
+                *RESULT,
+                *PULL,
+                *STATE,
+                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStore.commit",
+            ],
+            "memory: state store",
+        ),
+        (
+            TASK,
+            [
+                *RESULT,
+                *PULL,
+                *STATE,
+                *STEP,
+                "org.apache.spark.sql.catalyst.expressions.GeneratedClass$SpecificSafeProjection.apply",
+            ],
+            "memory: rows",
+        ),
+        (
+            TASK,
+            [
+                *RESULT,
+                *PULL,
+                "org.apache.spark.util.collection.unsafe.sort.UnsafeExternalSorter.insertRecord",
+            ],
+            "memory: rows",
+        ),
+        (
+            TASK,
+            [
+                *RESULT,
+                "org.apache.spark.sql.kafka010.KafkaRowWriter.sendRow",
+                "org.apache.kafka.clients.producer.KafkaProducer.send",
+            ],
+            "producer",
+        ),
+        (TASK, [*RESULT, "org.apache.spark.sql.catalyst.expressions.codegen.UnsafeWriter.write"], "output"),
+        (
+            "kafka-producer-network-thread | producer-1",
+            ["org.apache.kafka.clients.producer.internals.Sender.run"],
+            "producer",
+        ),
+        (
+            "stream execution thread for router-i1 [id = 1]",
+            ["org.apache.spark.sql.execution.QueryExecution.toRdd"],
+            "driver",
+        ),
+        ("spark-listener-group-appStatus", ["org.apache.spark.scheduler.AsyncEventQueue.dispatch"], "other"),
+    ],
+)
+def test_a_sample_goes_to_the_step_its_stack_is_in(thread: str, frames: list[str], step: str) -> None:
+    assert step_of(thread, frames) == step
+
+
+def test_folded_stacks_add_up_by_step_and_the_pass_through_share_is_its_steps() -> None:
+    folded = {
+        f"{TASK}|{';'.join([*MAP, 'org.apache.spark.sql.kafka010.consumer.KafkaDataConsumer.get'])}": 3,
+        f"{TASK}|{';'.join([*RESULT, 'router.rules.Decide$Scan.decide'])}": 4,
+        f"{TASK}|{';'.join([*RESULT, 'router.rules.Decide$Scan.utf8'])}": 1,
+        "kafka-producer-network-thread | producer-3|org.apache.kafka.clients.NetworkClient.poll": 2,
+        "Thread-3|": 10,
+    }
+    samples = by_step(folded)
+    assert list(samples) == [name for name, _ in STEPS]
+    assert (
+        samples["read"] == 3
+        and samples["decision"] == 5
+        and samples["producer"] == 2
+        and samples["other"] == 10
+    )
+    profile = Profile(samples, rate=1000.0)
+    assert profile.total == 20
+    assert profile.pass_through_share() == pytest.approx(5 / 20)
+    assert set(PASS_THROUGH_STEPS) <= set(samples)
