@@ -1,9 +1,9 @@
 """Where the router's CPU goes: its steps' shares of the JVM's CPU samples over warm replays.
 
-usage: python -m bench.profile [--messages N] [--per-batch N] [--warm-ups N] [--replays N]
+usage: python -m bench.profile [--messages N] [--routes N] [--per-batch N] [--warm-ups N] [--replays N]
                                [--bootstrap HOST:PORT]
 
-`profile_router` replays the benchmark's records (`bench.common.prepare`, 10 routes) with a new
+`profile_router` replays the benchmark's records (`bench.common.prepare`, `routes` routes) with a new
 `RouterJob` `warm_ups` times unmeasured, so that the JIT has compiled the job's code, then
 `replays` times under the JVM's sampling profiler (`router.metrics.CpuSamples`, Flight Recorder's
 execution samples every 10 ms). Each sample is put in one step of the router (`STEPS`) by its
@@ -106,6 +106,8 @@ class Profile:
     samples: Mapping[str, int]
     rate: float
     """Messages per second of the measured replays."""
+    routes: int = 10
+    """The route-table size they ran with."""
 
     @property
     def total(self) -> int:
@@ -136,12 +138,13 @@ def profile_router(
     per_batch: int,
     warm_ups: int,
     replays: int,
+    routes: int = 10,
 ) -> Profile:
     """Replay `warm_ups` times unmeasured, then `replays` times under the profiler (module docstring)."""
     jvm = session_jvm(spark, "the profiler needs")
     for i in range(warm_ups):
         prefix = new_prefix()
-        prepare(bootstrap, prefix, 10, messages)
+        prepare(bootstrap, prefix, routes, messages)
         progress(f"bench: profile: warm-up replay {i + 1} of {warm_ups}")
         # The recorder's first start slows the next replay down (measured: by half): the last
         # warm-up runs under a recording of its own, not kept.
@@ -151,7 +154,7 @@ def profile_router(
             warming.stop()
     prefixes = [new_prefix() for _ in range(replays)]
     for prefix in prefixes:
-        prepare(bootstrap, prefix, 10, messages)
+        prepare(bootstrap, prefix, routes, messages)
     progress(f"bench: profile: {replays} replays of {messages:,} messages under the profiler")
     sampler = jvm.router.metrics.CpuSamples.start(PERIOD_MS)
     seconds = 0.0
@@ -163,7 +166,7 @@ def profile_router(
             seconds += run.seconds
     finally:
         folded = {str(k): int(v) for k, v in sampler.stop().items()}
-    return Profile(by_step(folded), messages * replays / seconds)
+    return Profile(by_step(folded), messages * replays / seconds, routes)
 
 
 def render_profile(profile: Profile) -> list[str]:
@@ -183,6 +186,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--messages", type=int, default=300_000, help="records per replay (default 300000)")
+    parser.add_argument("--routes", type=int, default=10, help="route-table size (default 10)")
     parser.add_argument("--per-batch", type=int, default=100_000, help="most records per micro-batch")
     parser.add_argument("--warm-ups", type=int, default=3, help="unmeasured replays first (default 3)")
     parser.add_argument("--replays", type=int, default=2, help="replays under the profiler (default 2)")
@@ -190,9 +194,9 @@ def main() -> None:
     args = parser.parse_args()
     with spark_bench(args.bootstrap, "router-profile") as (spark, bootstrap, folder):
         result = profile_router(
-            spark, bootstrap, folder, args.messages, args.per_batch, args.warm_ups, args.replays
+            spark, bootstrap, folder, args.messages, args.per_batch, args.warm_ups, args.replays, args.routes
         )
-    print(f"{result.total:,} samples over replays at {result.rate:,.0f} msg/s")
+    print(f"{result.total:,} samples over replays of {result.routes:,} routes at {result.rate:,.0f} msg/s")
     print("\n".join(render_profile(result)))
     print(f"steps the pass-through also runs: {result.pass_through_share():.1%} of the samples")
 

@@ -206,8 +206,8 @@ def _profile_section(profile: Profile) -> list[str]:
         "## Where the router's CPU goes",
         "",
         f"The JVM's CPU samples (Flight Recorder, every 10 ms; {profile.total:,} samples) over two warm "
-        f"replays of 10 routes at {profile.rate:,.0f} msg/s (`python -m bench.profile`), by step, in the "
-        "order the data goes through them:",
+        f"replays of {profile.routes:,} routes at {profile.rate:,.0f} msg/s (`python -m bench.profile`), "
+        "by step, in the order the data goes through them:",
         "",
         *render_profile(profile),
         "",
