@@ -42,7 +42,7 @@ from streaming.rules.model import (
 )
 from streaming.scenario_check import check_scenario_file
 from streaming.spark.decider import SparkDecider
-from streaming.spark.decision import DecisionInputs, build_snapshot, decide
+from streaming.spark.decision import DecisionInputs, build_snapshot, decide, snapshot_json
 from streaming.spark.sources import TIME_FORMAT
 
 pytestmark = pytest.mark.integration
@@ -456,3 +456,41 @@ def test_the_decided_time_is_the_batch_time_as_spark_writes_it(spark) -> None:  
     # Decided or not (a record that did not decode), each row has it: a dead letter's header too.
     assert all(r["outcome"] is not None for r in got if r["error"] is None)
     assert all(r["outcome"] is None for r in got if r["error"] is not None)
+
+
+def test_a_snapshot_travels_as_its_json_and_decides_alike_where_it_is_read(spark) -> None:  # type: ignore[no-untyped-def]
+    """`router.rules.Snapshot` is serialized as its JSON (a broadcast's one serialization) and parsed
+    again where it is read (an executor of a cluster): the copy decides as the original does."""
+    database = Database("AW", GUIDS[0], True, ("Orders",))
+    instance = Instance("i1", OWN, (database,))
+    routes = [
+        ("i1", Route(scope="AW", name=f"r{n}", address=f"TCP://h{n}:4022", service=f"S{n}"))
+        for n in range(50)
+    ]
+    original = build_snapshot(spark, {"i1": instance}, routes, now=NOW)
+    jvm = spark._jvm
+    buffer = jvm.java.io.ByteArrayOutputStream()
+    out = jvm.java.io.ObjectOutputStream(buffer)
+    out.writeObject(original.broadcast.value())
+    out.close()
+    data = buffer.toByteArray()
+    copy = jvm.java.io.ObjectInputStream(jvm.java.io.ByteArrayInputStream(data)).readObject()
+    assert copy.getClass().getName() == "router.rules.Snapshot"
+    assert copy.routes() == 50 and copy.spreads() is False
+    # What travels is the JSON (one string), not the parsed tables: its bytes and a short header.
+    json = snapshot_json({"i1": instance}, routes)
+    assert len(json.encode()) < len(data) < len(json.encode()) + 300, (len(data), len(json))
+    restored = replace(original, broadcast=jvm.router.rules.Decide.broadcast(spark._jsparkSession, copy))
+    schema = (
+        "error string, instance string, conversation_id string, service string, origin string, "
+        "bid string, from_target boolean, hops_remaining int, ttl_s double, size_bytes long, batch_ms long"
+    )
+    rows = [(None, "i1", f"c{n}", f"S{n % 60}", "AW", None, False, 16, None, 10, 0) for n in range(60)]
+    decisions = []
+    for snapshot in (original, restored):
+        inputs = DecisionInputs(spark)
+        inputs.set(snapshot)
+        decided = decide(spark.createDataFrame(rows, schema).coalesce(1), inputs)
+        decisions.append(decided.select("conversation_id", "outcome", "d_route", "d_address", "reason").collect())
+    assert decisions[0] == decisions[1]
+    assert {r["outcome"] for r in decisions[0]} >= {"send", "delayed"}
