@@ -52,13 +52,17 @@ def reachable_topics(topology: Topology, routes: Iterable[tuple[str, Route]]) ->
         for database in instance.databases:
             for service in database.services:
                 names.add(topics.queue_topic(instance.name, database.name, service, t.prefix))
-    for _, route in routes:
-        for address in (route.address, route.mirror_address):
-            if address is None or route.is_local or route.is_transport:
-                continue
-            normalized = normalize_address(address)
-            if normalized not in t.inbound_by_address:
-                names.add(topics.network_topic(normalized, t.prefix))
+    # Each distinct address is named once: a large table has many routes to few next hops, and
+    # naming a topic escapes its address character by character (100,000 routes to 8 addresses:
+    # 1.7 s when every route's was named, in the micro-batch that took the route change in).
+    addresses = {
+        normalize_address(address)
+        for _, route in routes
+        if not (route.is_local or route.is_transport)
+        for address in (route.address, route.mirror_address)
+        if address is not None
+    }
+    names.update(topics.network_topic(a, t.prefix) for a in addresses if a not in t.inbound_by_address)
     return sorted(names)
 
 
