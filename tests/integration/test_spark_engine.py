@@ -491,6 +491,8 @@ def test_a_snapshot_travels_as_its_json_and_decides_alike_where_it_is_read(spark
         inputs = DecisionInputs(spark)
         inputs.set(snapshot)
         decided = decide(spark.createDataFrame(rows, schema).coalesce(1), inputs)
-        decisions.append(decided.select("conversation_id", "outcome", "d_route", "d_address", "reason").collect())
+        decisions.append(
+            decided.select("conversation_id", "outcome", "d_route", "d_address", "reason").collect()
+        )
     assert decisions[0] == decisions[1]
     assert {r["outcome"] for r in decisions[0]} >= {"send", "delayed"}
