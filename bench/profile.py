@@ -108,6 +108,8 @@ class Profile:
     """Messages per second of the measured replays."""
     routes: int = 10
     """The route-table size they ran with."""
+    replays: int = 1
+    """How many replays were sampled."""
 
     @property
     def total(self) -> int:
@@ -166,7 +168,7 @@ def profile_router(
             seconds += run.seconds
     finally:
         folded = {str(k): int(v) for k, v in sampler.stop().items()}
-    return Profile(by_step(folded), messages * replays / seconds, routes)
+    return Profile(by_step(folded), messages * replays / seconds, routes, replays)
 
 
 def render_profile(profile: Profile) -> list[str]:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.chart import render_chart
-from bench.common import kafka, new_prefix, prepare, progress, routes_for
+from bench.common import bench_session, kafka, new_prefix, prepare, progress, routes_for
 from bench.latency import LatencyResult, LatencyRun, measure_latency
 from bench.memory import MemoryResult, measure_memory
 from bench.profile import PASS_THROUGH_STEPS, Profile, profile_router, render_profile
@@ -49,7 +49,6 @@ from bench.throughput import WARM_UPS, DelayedRun, Measurement, measure_throughp
 from bench.timing import TimingRun, measure_timing
 from bench.transport import confluent_copy, consumer_performance, mean_message_size, producer_performance
 from streaming.config import Settings
-from streaming.spark.session import build_session
 
 JOBS_BEFORE = "about 40 jobs per 100,000-record micro-batch (bench/RESULTS.md of 2026-11-22, before issue 12)"
 
@@ -110,7 +109,7 @@ def main() -> None:
             copy = confluent_copy(bootstrap, source, f"{prefix}.copy", args.messages)
             consumed = consumer_performance(bootstrap, source, args.messages)
             produced = producer_performance(bootstrap, f"{prefix}.perf", args.messages, mean_message_size())
-            spark = build_session("router-bench")
+            spark = bench_session("router-bench")
             progress("bench: 2/8 throughput: pass-through and router")
             throughput = measure_throughput(
                 spark, bootstrap, folder, sizes, args.messages, args.per_batch, args.warm_ups
@@ -205,9 +204,9 @@ def _profile_section(profile: Profile) -> list[str]:
     return [
         "## Where the router's CPU goes",
         "",
-        f"The JVM's CPU samples (Flight Recorder, every 10 ms; {profile.total:,} samples) over two warm "
-        f"replays of {profile.routes:,} routes at {profile.rate:,.0f} msg/s (`python -m bench.profile`), "
-        "by step, in the order the data goes through them:",
+        f"The JVM's CPU samples (Flight Recorder, every 10 ms; {profile.total:,} samples) over "
+        f"{profile.replays} warm replays of {profile.routes:,} routes at {profile.rate:,.0f} msg/s "
+        "(`python -m bench.profile`), by step, in the order the data goes through them:",
         "",
         *render_profile(profile),
         "",

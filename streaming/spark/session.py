@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -38,9 +38,6 @@ JVM_OPTIONS = " ".join(
         # per batch after such a fall-back, 1.2-1.4 s without.
         "-XX:PerMethodTrapLimit=0",
         "-XX:PerBytecodeTrapLimit=0",
-        # A flight recording (bench.profile) keeps a task's whole stack, from the task's own
-        # frames in: a micro-batch's task runs deeper than the recorder's default of 64 frames.
-        "-XX:FlightRecorderOptions=stackdepth=256",
         # Avro allocates a string or bytes field at the length the record declares before reading
         # it: a few garbage bytes can declare 2 GB and end the JVM (OutOfMemoryError). Past this
         # length a value is undecodable and dead-lettered instead.
@@ -130,6 +127,7 @@ def build_session(
     shuffle_partitions: int = 2,
     extra_conf: dict[str, str] | None = None,
     verbose: bool = False,
+    jvm_options: Sequence[str] = (),
 ) -> SparkSession:
     """Return a SparkSession with the Kafka connector and router jars, small-machine defaults.
 
@@ -137,11 +135,14 @@ def build_session(
     driver's classpath (`local_conf`). A Spark cluster is used by passing its master URL
     (`spark://host:7077`); the jars are shipped to the executors through `spark.jars`.
     Spark's and Kafka's logs go to stderr, at ERROR, or WARN when `verbose`; no progress bars.
+    `jvm_options` are added to `JVM_OPTIONS` for the driver and the executors.
     """
     master = master or os.environ.get("ROUTER_SPARK_MASTER", "local[2]")
     jars = [*spark_connector_jars(), router_state_jar()]
     level = "WARN" if verbose else "ERROR"
-    java_options = f"{JVM_OPTIONS} -Dlog4j2.configurationFile={LOG_CONFIG} -Drouter.log.level={level}"
+    java_options = " ".join(
+        [JVM_OPTIONS, *jvm_options, f"-Dlog4j2.configurationFile={LOG_CONFIG}", f"-Drouter.log.level={level}"]
+    )
     if verbose:
         java_options += " -Drouter.detail.log.level=WARN"
     builder = (
