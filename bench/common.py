@@ -34,7 +34,7 @@ from streaming.kafka.admin import cluster_metadata, end_offsets, ensure_topics
 from streaming.kafka.avro import encode_route, new_message_record, parsed_schema, route_to_record
 from streaming.kafka.embedded import EmbeddedKafka
 from streaming.rules.model import Database, Instance, Route, normalize_address
-from streaming.spark.session import build_session
+from streaming.spark.session import build_session, session_jvm
 from streaming.tables.operations import route_key
 from streaming.tables.reader import consumer
 from streaming.tables.topic_io import publish_catalogs
@@ -96,6 +96,12 @@ SESSION_JVM_OPTIONS = (
 def bench_session(name: str) -> SparkSession:
     """The benchmark's SparkSession: the router's (`build_session`), with `SESSION_JVM_OPTIONS`."""
     return build_session(name, jvm_options=SESSION_JVM_OPTIONS)
+
+
+def compile_seconds(spark: SparkSession) -> float:
+    """Seconds the session's JVM has spent in its JIT compilers so far (their threads' time, summed)."""
+    management = session_jvm(spark, "the JIT's compile time needs").java.lang.management
+    return management.ManagementFactory.getCompilationMXBean().getTotalCompilationTime() / 1000.0
 
 
 @contextmanager

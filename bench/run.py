@@ -1,7 +1,7 @@
 """`make bench`: every figure of the benchmark, measured in one run on one embedded broker.
 
 usage: python -m bench.run [--messages N] [--routes 10,1000,100000] [--per-batch N] [--warm-ups N]
-                           [--rates 1000,10000] [--duration 60] [--conversations N] [--keep S]
+                           [--sustained N] [--rates 1000,10000] [--duration 60] [--conversations N] [--keep S]
                            [--late 0.1] [--retry S] [--quick] [--out-dir bench]
 
 In order, on the same broker and the same kind of records (`bench.common`):
@@ -9,7 +9,8 @@ In order, on the same broker and the same kind of records (`bench.common`):
 1. the transport (`bench.transport`): a confluent-kafka consume -> produce copy, and Kafka's own
    ConsumerPerformance and ProducerPerformance;
 2. throughput (`bench.throughput`): the Spark pass-through and the router with each route-table
-   size, with the Spark jobs and stages of each micro-batch;
+   size, with the Spark jobs and stages of each micro-batch and the JIT's compile time during each
+   run; then both again in a long run (`--sustained` records, 10 routes), warmer;
 3. where the router's CPU goes (`bench.profile`): its steps' shares of the JVM's CPU samples;
 4. the Python loop a user might write instead (`bench.python_loop`), on 10 routes;
 5. the router with a share (`--late`) of the conversations delayed, then released once routes for
@@ -45,11 +46,22 @@ from bench.latency import LatencyResult, LatencyRun, measure_latency
 from bench.memory import MemoryResult, measure_memory
 from bench.profile import PASS_THROUGH_STEPS, Profile, profile_router, render_profile
 from bench.python_loop import LoopResult, python_loop
-from bench.throughput import WARM_UPS, DelayedRun, Measurement, measure_throughput, run_delayed
+from bench.throughput import (
+    SUSTAINED,
+    WARM_UPS,
+    DelayedRun,
+    Measurement,
+    measure_once,
+    measure_throughput,
+    run_delayed,
+    warm_up_lines,
+)
 from bench.timing import TimingRun, measure_timing
 from bench.transport import confluent_copy, consumer_performance, mean_message_size, producer_performance
 from streaming.config import Settings
 
+CORES = os.cpu_count() or 1
+"""The machine's cores: the CPU time a run had is its seconds times these."""
 JOBS_BEFORE = "about 40 jobs per 100,000-record micro-batch (bench/RESULTS.md of 2026-11-22, before issue 12)"
 
 
@@ -83,6 +95,12 @@ def main() -> None:
     parser.add_argument(
         "--warm-ups", type=int, default=WARM_UPS, help="unmeasured runs of both Spark queries first"
     )
+    parser.add_argument(
+        "--sustained",
+        type=int,
+        default=SUSTAINED,
+        help=f"records of the long run of both Spark queries, 10 routes (default {SUSTAINED:,}; 0: none)",
+    )
     parser.add_argument("--rates", default="1000,10000", help="offered loads for latency, msg/s")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds per offered load")
     parser.add_argument("--conversations", type=int, default=1_000_000, help="for the memory figures")
@@ -97,6 +115,7 @@ def main() -> None:
     if args.quick:
         args.messages, args.routes, args.per_batch = 20_000, "10,1000", 10_000
         args.rates, args.duration, args.conversations, args.keep = "500", 10.0, 20_000, 10.0
+        args.sustained = 50_000
     sizes = [int(s) for s in args.routes.split(",")]
     rates = [float(r) for r in args.rates.split(",")]
     started = datetime.now(timezone.utc)
@@ -114,6 +133,10 @@ def main() -> None:
             throughput = measure_throughput(
                 spark, bootstrap, folder, sizes, args.messages, args.per_batch, args.warm_ups
             )
+            sustained = None
+            if args.sustained:
+                progress(f"bench: the long run: {args.sustained:,} messages, 10 routes")
+                sustained = measure_once(spark, bootstrap, folder, 10, args.sustained, args.per_batch)
             progress("bench: 3/8 where the router's CPU goes")
             # Warm from the throughput runs: one warm-up, for the recorder's own start.
             profile = profile_router(spark, bootstrap, folder, args.messages, args.per_batch, 1, 2)
@@ -152,9 +175,22 @@ def main() -> None:
                 "stages_per_batch": m.router.jobs_per_batch()[1],
                 "router_full_batch_msg_s": m.router.full_batch_rate(),
                 "batches": len(m.router.batches),
+                "passthrough_compile_s": m.passthrough_compile_s,
+                "router_compile_s": m.router_compile_s,
             }
             for m in throughput
         ],
+        "sustained": None
+        if sustained is None
+        else {
+            "messages": sustained.messages,
+            "passthrough_msg_s": sustained.passthrough_rate,
+            "router_msg_s": sustained.router_rate,
+            "router_full_batch_msg_s": sustained.router.full_batch_rate(),
+            "passthrough_compile_s": sustained.passthrough_compile_s,
+            "router_compile_s": sustained.router_compile_s,
+            "router_s": sustained.router.seconds,
+        },
         "profile": {"samples": dict(profile.samples), "msg_s": profile.rate},
         "python_loop_msg_s": loop.rate,
         "delayed": {
@@ -185,7 +221,7 @@ def main() -> None:
     }
     chart_latency = {f"{r.target_rate:,.0f} msg/s": r.percentiles() for r in latency.results}
     render_chart(chart_rates, chart_latency, out / "chart.png", title=f"ssb-kafka-router, {started:%Y-%m-%d}")
-    report = render(figures, throughput, profile, loop, delayed, memory, latency, timing)
+    report = render(figures, throughput, profile, loop, delayed, memory, latency, timing, sustained)
     (out / "RESULTS.md").write_text(report, encoding="utf-8")
     print(report)
 
@@ -230,6 +266,7 @@ def render(
     memory: MemoryResult,
     latency_run: LatencyRun,
     timing: TimingRun,
+    sustained: Measurement | None = None,
 ) -> str:
     """bench/RESULTS.md from one run's figures."""
     s = figures["settings"]
@@ -289,6 +326,7 @@ def render(
         "",
         f"Jobs per micro-batch before: {JOBS_BEFORE}.",
         "",
+        *warm_up_lines(throughput, sustained, CORES),
         *_profile_section(profile),
     ]
     d = figures["delayed"]

@@ -1,7 +1,7 @@
 """Routing throughput against a Kafka-to-Kafka pass-through, on the same records.
 
 usage: python -m bench.throughput [--messages N] [--routes 10,1000,100000] [--per-batch N] [--warm-ups N]
-                                  [--bootstrap HOST:PORT]
+                                  [--sustained N] [--bootstrap HOST:PORT]
 
 For each route-table size it loads a fresh topic namespace with that many routes, produces N
 messages (produced beforehand, not timed) to instance i1's outbound topic, and times two Spark
@@ -15,7 +15,9 @@ at most `--per-batch` records:
   with decision headers. A listener counts the Spark jobs and stages of each micro-batch.
 
 `WARM_UPS` unmeasured runs of both, on as many records, warm the JVM up first. Rates are messages per
-second of query time. `run_delayed` times the router on records of which a share of the
+second of query time. Each measured run also records how long the JVM's JIT compilers worked during
+it (`compile_seconds`): the warm-up it still paid. `--sustained N` adds a long run of both on N
+records (10 routes) after the others. `run_delayed` times the router on records of which a share of the
 conversations has no route until routes are written, and `bench.run` gathers everything into
 bench/RESULTS.md. Without --bootstrap it starts the embedded broker on a free port.
 """
@@ -32,7 +34,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 
-from bench.common import I1, late_routes, new_prefix, prepare, progress, spark_bench
+from bench.common import I1, compile_seconds, late_routes, new_prefix, prepare, progress, spark_bench
 from streaming import topics
 from streaming.config import Settings, load_settings
 from streaming.kafka.admin import ensure_topics
@@ -44,6 +46,9 @@ from streaming.tables.topic_io import put_route
 WARM_UPS = 2
 """Unmeasured runs of both queries before the measured ones (`measure_throughput`)."""
 
+SUSTAINED = 1_500_000
+"""Records of the long run (`bench.run`): both queries again, on five times the records, warmer."""
+
 
 @dataclass(frozen=True)
 class Measurement:
@@ -51,6 +56,10 @@ class Measurement:
     passthrough_s: float
     messages: int
     router: RouterRun
+    passthrough_compile_s: float = 0.0
+    """Seconds the JVM's JIT compilers spent while the pass-through ran (`compile_seconds`)."""
+    router_compile_s: float = 0.0
+    """The same, while the router ran: the JIT still compiling is warm-up the run still pays."""
 
     @property
     def passthrough_rate(self) -> float:
@@ -59,6 +68,15 @@ class Measurement:
     @property
     def router_rate(self) -> float:
         return self.messages / self.router.seconds
+
+    @property
+    def ratio(self) -> float:
+        """The router's rate over the pass-through's."""
+        return self.router_rate / self.passthrough_rate
+
+    def router_compile_share(self, cores: int) -> float:
+        """The JIT's compile time over the CPU time the router's run had (`cores` times its seconds)."""
+        return self.router_compile_s / (cores * self.router.seconds)
 
 
 def run_passthrough(
@@ -216,25 +234,70 @@ def measure_throughput(
             spark, bootstrap, outbound, f"{prefix}.passthrough", folder / f"{prefix}-pt", per_batch
         )
         run_router(spark, router_settings(bootstrap, prefix, folder / f"{prefix}-router", per_batch))
-    results = []
-    for count in sizes:
-        prefix = new_prefix()
-        outbound = prepare(bootstrap, prefix, count, messages)
-        progress(f"bench: {count:,} routes: produced {messages:,} messages; running the pass-through")
-        passthrough_s = run_passthrough(
-            spark, bootstrap, outbound, f"{prefix}.passthrough", folder / f"{prefix}-pt", per_batch
-        )
-        progress(f"bench: {count:,} routes: pass-through {passthrough_s:.1f}s; running the router")
-        router = run_router(spark, router_settings(bootstrap, prefix, folder / f"{prefix}-router", per_batch))
-        if router.routed != messages:
-            raise SystemExit(f"bench: the router routed {router.routed:,} of {messages:,} messages")
-        m = Measurement(count, passthrough_s, messages, router)
-        results.append(m)
-        progress(
-            f"bench: {count:,} routes: pass-through {m.passthrough_rate:,.0f} msg/s, "
-            f"router {m.router_rate:,.0f} msg/s, ratio {m.router_rate / m.passthrough_rate:.2f}"
-        )
-    return results
+    return [measure_once(spark, bootstrap, folder, count, messages, per_batch) for count in sizes]
+
+
+def measure_once(
+    spark: SparkSession, bootstrap: str, folder: Path, routes: int, messages: int, per_batch: int
+) -> Measurement:
+    """The pass-through, then the router, on the same `messages` records, with `routes` routes."""
+    prefix = new_prefix()
+    outbound = prepare(bootstrap, prefix, routes, messages)
+    progress(f"bench: {routes:,} routes: produced {messages:,} messages; running the pass-through")
+    compiled = compile_seconds(spark)
+    passthrough_s = run_passthrough(
+        spark, bootstrap, outbound, f"{prefix}.passthrough", folder / f"{prefix}-pt", per_batch
+    )
+    passthrough_compile_s, compiled = compile_seconds(spark) - compiled, compile_seconds(spark)
+    progress(f"bench: {routes:,} routes: pass-through {passthrough_s:.1f}s; running the router")
+    router = run_router(spark, router_settings(bootstrap, prefix, folder / f"{prefix}-router", per_batch))
+    router_compile_s = compile_seconds(spark) - compiled
+    if router.routed != messages:
+        raise SystemExit(f"bench: the router routed {router.routed:,} of {messages:,} messages")
+    m = Measurement(routes, passthrough_s, messages, router, passthrough_compile_s, router_compile_s)
+    progress(
+        f"bench: {routes:,} routes: pass-through {m.passthrough_rate:,.0f} msg/s, "
+        f"router {m.router_rate:,.0f} msg/s, ratio {m.ratio:.2f}; the JIT compiled for "
+        f"{router_compile_s:.1f} s of the router's {router.seconds:.1f} s"
+    )
+    return m
+
+
+def warm_up_lines(throughput: list[Measurement], sustained: Measurement | None, cores: int) -> list[str]:
+    """RESULTS.md: how much the JIT still compiled during the measured runs, and the long run."""
+    if not throughput:
+        return []
+    shares = ", ".join(
+        f"{m.routes:,} routes {m.router_compile_s:.1f} s of {m.router.seconds:.1f} s "
+        f"({m.router_compile_share(cores):.0%})"
+        for m in throughput
+    )
+    lines = [
+        "### Warm-up the measured runs still paid",
+        "",
+        "The JVM's JIT compilers were still at work during the measured runs (their threads' time, from "
+        "the JVM's `CompilationMXBean`, against the machine's CPU over the run, "
+        f"{cores} cores): during the router's runs {shares}; during the pass-through's "
+        + ", ".join(f"{m.passthrough_compile_s:.1f} s of {m.passthrough_s:.1f} s" for m in throughput)
+        + ". Spark's planning, the state store and the Kafka clients are large bodies of code that a "
+        "micro-batch goes through once: the JIT takes many batches to compile them all. `router run` "
+        "pays that in its first minutes.",
+        "",
+    ]
+    if sustained is not None:
+        lines += [
+            f"The long run, later in the same JVM: both queries on {sustained.messages:,} records, "
+            f"{sustained.routes:,} routes.",
+            "",
+            "| pass-through msg/s | router msg/s | router / pass-through | router msg/s within its full "
+            "micro-batches | JIT during the router's run |",
+            "|---:|---:|---:|---:|---:|",
+            f"| {sustained.passthrough_rate:,.0f} | {sustained.router_rate:,.0f} | {sustained.ratio:.2f} | "
+            f"{sustained.router.full_batch_rate():,.0f} | {sustained.router_compile_s:.1f} s of "
+            f"{sustained.router.seconds:.1f} s ({sustained.router_compile_share(cores):.0%}) |",
+            "",
+        ]
+    return lines
 
 
 def main() -> None:
@@ -252,6 +315,12 @@ def main() -> None:
     parser.add_argument(
         "--warm-ups", type=int, default=WARM_UPS, help=f"unmeasured runs of both first (default {WARM_UPS})"
     )
+    parser.add_argument(
+        "--sustained",
+        type=int,
+        default=0,
+        help=f"then a long run of both on N records, 10 routes (bench.run: {SUSTAINED:,}; default 0: none)",
+    )
     parser.add_argument("--bootstrap")
     args = parser.parse_args()
     sizes = [int(s) for s in args.routes.split(",")]
@@ -259,12 +328,14 @@ def main() -> None:
         results = measure_throughput(
             spark, bootstrap, folder, sizes, args.messages, args.per_batch, args.warm_ups
         )
+        if args.sustained:
+            results.append(measure_once(spark, bootstrap, folder, 10, args.sustained, args.per_batch))
     for m in results:
         jobs, stages = m.router.jobs_per_batch()
         print(
-            f"{m.routes:>7,} routes: pass-through {m.passthrough_rate:>8,.0f} msg/s, router "
-            f"{m.router_rate:>8,.0f} msg/s ({m.router_rate / m.passthrough_rate:.2f}); "
-            f"{jobs:g} jobs, {stages:g} stages per micro-batch"
+            f"{m.messages:>9,} messages, {m.routes:>7,} routes: pass-through {m.passthrough_rate:>8,.0f} "
+            f"msg/s, router {m.router_rate:>8,.0f} msg/s ({m.ratio:.2f}); {jobs:g} jobs, {stages:g} stages "
+            f"per micro-batch; JIT {m.router_compile_s:.1f} s of the router's {m.router.seconds:.1f} s"
         )
 
 

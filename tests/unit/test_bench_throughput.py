@@ -1,0 +1,53 @@
+"""The throughput bench's figures from its runs: ratios, the JIT's share, the long run's lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.throughput import Measurement, RouterRun, warm_up_lines
+from streaming.spark.batch import BatchMetrics
+from streaming.spark.progress import BatchReport
+
+
+def _run(seconds: float, batches: list[tuple[int, float]]) -> RouterRun:
+    reports = tuple(
+        BatchReport(i, BatchMetrics(records=n, outcomes={"send": n}), s, "routes@p0:10")
+        for i, (n, s) in enumerate(batches)
+    )
+    return RouterRun(seconds, sum(n for n, _ in batches), 0, reports)
+
+
+def _measurement(routes: int, messages: int, passthrough_s: float, router_s: float) -> Measurement:
+    per_batch = messages // 3
+    router = _run(router_s, [(per_batch, router_s / 4)] * 3 + [(messages - 3 * per_batch, 0.1)])
+    return Measurement(routes, passthrough_s, messages, router, 0.5, router_s / 2)
+
+
+def test_the_ratio_and_the_jit_share_come_from_the_run() -> None:
+    m = _measurement(10, 300_000, 3.0, 10.0)
+    assert m.passthrough_rate == pytest.approx(100_000)
+    assert m.router_rate == pytest.approx(30_000)
+    assert m.ratio == pytest.approx(0.3)
+    # 5 s of compiling over a 10 s run on 2 cores: a quarter of the CPU the run had.
+    assert m.router_compile_share(2) == pytest.approx(0.25)
+    # The full batches only: three of 100,000 in 2.5 s each.
+    assert m.router.full_batch_rate() == pytest.approx(40_000)
+
+
+def test_the_warm_up_lines_give_each_run_its_compile_time_and_the_long_run_its_row() -> None:
+    runs = [_measurement(10, 300_000, 3.0, 10.0), _measurement(100_000, 300_000, 3.2, 12.0)]
+    sustained = _measurement(10, 1_500_000, 14.0, 30.0)
+    text = "\n".join(warm_up_lines(runs, sustained, 2))
+    assert "10 routes 5.0 s of 10.0 s (25%)" in text
+    assert "100,000 routes 6.0 s of 12.0 s (25%)" in text
+    assert "0.5 s of 3.0 s" in text and "0.5 s of 3.2 s" in text
+    assert "both queries on 1,500,000 records, 10 routes" in text
+    row = next(line for line in text.splitlines() if line.startswith("| 107,143 |"))
+    assert row == "| 107,143 | 50,000 | 0.47 | 66,667 | 15.0 s of 30.0 s (25%) |"
+
+
+def test_without_a_long_run_there_is_no_long_run_row() -> None:
+    text = "\n".join(warm_up_lines([_measurement(10, 300_000, 3.0, 10.0)], None, 2))
+    assert "long run" not in text
+    assert "10 routes 5.0 s of 10.0 s (25%)" in text
+    assert warm_up_lines([], None, 2) == []
