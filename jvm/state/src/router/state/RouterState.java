@@ -214,7 +214,7 @@ public final class RouterState {
 
     private scala.collection.Iterator<Row> step(Iterator<Row> rows, long now, long fired) {
       long due = now + DUE_MARGIN_MS; // what falls due by then leaves in this batch
-      Row saved = state.exists() ? state.get() : null;
+      Row saved = state.get(); // null when the key has no memory: one lookup, not exists() then get()
       ConversationMemory<Object[]> memory = restore(saved);
       List<ConversationMemory.Arrival<Object[]>> arrivals = new ArrayList<>();
       List<ConversationMemory.Choice> choices = new ArrayList<>();
