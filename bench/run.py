@@ -250,6 +250,9 @@ def _profile_section(profile: Profile) -> list[str]:
         "samples. Were the pass-through to cost what those steps cost here, then for the router to run "
         f"at 0.7x the pass-through, the other steps would have to cost {shrink:.1f}x less than they do.",
         "",
+        "Flight Recorder samples threads while they run Java code: time in native code (RocksDB's, the "
+        "compression codecs') and in the JIT's compiler threads is not in these shares.",
+        "",
     ]
 
 
@@ -285,7 +288,7 @@ def render(
         "services named by routes, 10% to i1's local services. Both Spark queries read micro-batches of at "
         f"most {s['per_batch']:,} records. Rates are messages per second of the query's time. Before the "
         f"measured runs, {s['warm_ups']} unmeasured runs of each Spark query on as many records warm the JVM "
-        "up (`router run` runs for hours: its JIT has long finished compiling).",
+        "up; its JIT still compiles during the measured runs (how much: below).",
         "",
         "## Throughput",
         "",
