@@ -244,14 +244,14 @@ def measure_once(
     prefix = new_prefix()
     outbound = prepare(bootstrap, prefix, routes, messages)
     progress(f"bench: {routes:,} routes: produced {messages:,} messages; running the pass-through")
-    compiled = compile_seconds(spark)
+    before = compile_seconds(spark)
     passthrough_s = run_passthrough(
         spark, bootstrap, outbound, f"{prefix}.passthrough", folder / f"{prefix}-pt", per_batch
     )
-    passthrough_compile_s, compiled = compile_seconds(spark) - compiled, compile_seconds(spark)
+    between = compile_seconds(spark)
     progress(f"bench: {routes:,} routes: pass-through {passthrough_s:.1f}s; running the router")
     router = run_router(spark, router_settings(bootstrap, prefix, folder / f"{prefix}-router", per_batch))
-    router_compile_s = compile_seconds(spark) - compiled
+    passthrough_compile_s, router_compile_s = between - before, compile_seconds(spark) - between
     if router.routed != messages:
         raise SystemExit(f"bench: the router routed {router.routed:,} of {messages:,} messages")
     m = Measurement(routes, passthrough_s, messages, router, passthrough_compile_s, router_compile_s)
