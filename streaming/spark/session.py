@@ -173,6 +173,12 @@ def build_session(
         # 120-220 ms a batch instead of 260-430 (2 tasks), batches of 1.0-1.2 s instead of 1.1-1.5.
         # A checkpoint made without it resumes with it, and the other way round.
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        # Without it every write to the store first reads the key, only to keep a count of its
+        # keys that no one here reads (the memory's size comes from the state data source,
+        # `streaming.spark.state.read_state`). A new conversation's kept choice is three writes
+        # (its memory and its timer's two entries): measured on 100,000-message batches, the
+        # state processor's stage used 5-8% less CPU (1.60-1.66 s instead of 1.74-1.83 s a batch).
+        .config("spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows", "false")
         .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.executor.extraJavaOptions", java_options)
         .config("spark.ui.showConsoleProgress", "false")
