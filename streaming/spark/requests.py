@@ -106,6 +106,8 @@ class OutstandingRequests:
 
     def end_answered(self, routes: Iterable[tuple[str, Route]], at_ms: int) -> list[InstanceRequest]:
         """B6, B7: end the requests a route of their instance's table now answers; write their records."""
+        if not self.pending:
+            return []  # only an outstanding request can be answered: no pass over every route
         by_instance: dict[str, dict[str, list[str | None]]] = {}
         for instance, route in routes:
             by_instance.setdefault(instance, {}).setdefault(route.scope, []).append(route.service)

@@ -469,6 +469,8 @@ class RouteTableReader(TableReader[Route]):
     ) -> None:
         super().__init__(kafka, topic, RouteRecords(instance), timeout=timeout)
         self._databases = _frozen(databases)
+        self._paired: tuple[tuple[str, Route], ...] = ()
+        self._paired_of: tuple[Route, ...] | None = None  # the `values()` `_paired` was made with
 
     @property
     def routes(self) -> tuple[Route, ...]:
@@ -477,8 +479,16 @@ class RouteTableReader(TableReader[Route]):
 
     @property
     def instance_routes(self) -> tuple[tuple[str, Route], ...]:
-        """Every route with the instance whose table holds it, sorted by `instance/scope/name`."""
-        return tuple((split_route_key(key)[0], self._table[key]) for key in sorted(self._table))
+        """Every route with the instance whose table holds it, sorted by `instance/scope/name`.
+
+        Made again only after the table changed, as `values` is: a micro-batch that takes in a route
+        change reads it twice, and with 100,000 routes each making took about 0.1 s.
+        """
+        values = self.values()
+        if self._paired_of is not values:
+            self._paired = tuple((split_route_key(key)[0], self._table[key]) for key in sorted(self._table))
+            self._paired_of = values
+        return self._paired
 
     def use_databases(self, databases: Mapping[str, Collection[str]] | None) -> bool:
         """Check routes against these databases by instance from now on; return whether the table changed."""

@@ -312,6 +312,7 @@ def test_the_incremental_reader_applies_changes_keeps_the_last_good_value_and_re
         assert (reader.routes, reader.version) == ((), MISSING_VERSION)  # nothing read yet
         assert reader.read_to_end() is True
         assert (reader.routes, reader.version) == ((LOCAL_ROUTE,), "p0:1")
+        assert reader.instance_routes == (("i1", LOCAL_ROUTE),)
         assert reader.poll() is False
         assert reader.read_to_end() is False
 
@@ -319,6 +320,9 @@ def test_the_incremental_reader_applies_changes_keeps_the_last_good_value_and_re
         write(kafka_bootstrap, topic, (b"i1/AW/ToParts", route_value(PARTS_ROUTE)))
         poll_until_changed(reader)
         assert reader.routes == (LOCAL_ROUTE, PARTS_ROUTE) and reader.version == "p0:2"
+        # Made again once the table changed, and kept while it does not.
+        assert reader.instance_routes == (("i1", LOCAL_ROUTE), ("i1", PARTS_ROUTE))
+        assert reader.instance_routes is reader.instance_routes
 
         # A bad value for a key that has a good one: skipped, the good one stands.
         with caplog.at_level(logging.WARNING):
@@ -342,11 +346,13 @@ def test_the_incremental_reader_applies_changes_keeps_the_last_good_value_and_re
         write(kafka_bootstrap, topic, (b"i1/AW/ToParts", route_value(moved)))
         assert reader.read_to_end() is True
         assert reader.routes == (LOCAL_ROUTE, moved) and reader.skipped == ()
+        assert reader.instance_routes == (("i1", LOCAL_ROUTE), ("i1", moved))
 
         # A tombstone deletes; one after a bad record clears the record too.
         write(kafka_bootstrap, topic, (b"i1/AW/Local", None))
         poll_until_changed(reader)
         assert reader.routes == (moved,) and reader.version == "p0:6"
+        assert reader.instance_routes == (("i1", moved),)
         write(kafka_bootstrap, topic, (b"i1/AW/Junk", GARBAGE))
         assert reader.read_to_end() is False and len(reader.skipped) == 1
         write(kafka_bootstrap, topic, (b"i1/AW/Junk", None))
