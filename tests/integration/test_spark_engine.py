@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -24,6 +25,7 @@ from typing import TypeVar
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyspark.errors import IllegalArgumentException
 from pyspark.sql import functions as F
 
 from streaming.rules.batch import BatchResult, RoutingBatch
@@ -42,7 +44,7 @@ from streaming.rules.model import (
 )
 from streaming.scenario_check import check_scenario_file
 from streaming.spark.decider import SparkDecider
-from streaming.spark.decision import DecisionInputs, build_snapshot, decide, snapshot_json
+from streaming.spark.decision import ROUTE_FIELDS, DecisionInputs, build_snapshot, decide, snapshot_json
 from streaming.spark.sources import TIME_FORMAT
 
 pytestmark = pytest.mark.integration
@@ -458,6 +460,21 @@ def test_the_decided_time_is_the_batch_time_as_spark_writes_it(spark) -> None:  
     assert all(r["outcome"] is None for r in got if r["error"] is not None)
 
 
+def test_a_snapshot_route_is_an_array_of_its_fields_and_a_wrong_one_is_refused(spark) -> None:  # type: ignore[no-untyped-def]
+    """The snapshot's JSON gives a route as an array of `ROUTE_FIELDS` (half the text of an object
+    per route); the JVM reads them by position and refuses an array of another length."""
+    instance = Instance("i1", OWN, (Database("AW", GUIDS[0], True, ("Orders",)),))
+    route = Route(scope="AW", name="r", address="TCP://h:4022", service="S", broker_instance=GUIDS[1])
+    document = json.loads(snapshot_json({"i1": instance}, [("i1", route)]))
+    given = document["instances"][0]["routes"]
+    assert given == [[getattr(route, f) for f in ROUTE_FIELDS]]
+    jvm = spark._jvm
+    assert jvm.router.rules.Snapshot.parse(json.dumps(document)).routes() == 1
+    given[0] = given[0][:-1]
+    with pytest.raises(IllegalArgumentException, match="a route of the snapshot has 5 values, not 6"):
+        jvm.router.rules.Snapshot.parse(json.dumps(document))
+
+
 def test_a_snapshot_travels_as_its_json_and_decides_alike_where_it_is_read(spark) -> None:  # type: ignore[no-untyped-def]
     """`router.rules.Snapshot` is serialized as its JSON (a broadcast's one serialization) and parsed
     again where it is read (an executor of a cluster): the copy decides as the original does."""
@@ -478,8 +495,8 @@ def test_a_snapshot_travels_as_its_json_and_decides_alike_where_it_is_read(spark
     assert copy.getClass().getName() == "router.rules.Snapshot"
     assert copy.routes() == 50 and copy.spreads() is False
     # What travels is the JSON (one string), not the parsed tables: its bytes and a short header.
-    json = snapshot_json({"i1": instance}, routes)
-    assert len(json.encode()) < len(data) < len(json.encode()) + 300, (len(data), len(json))
+    text = snapshot_json({"i1": instance}, routes)
+    assert len(text.encode()) < len(data) < len(text.encode()) + 300, (len(data), len(text))
     restored = replace(original, broadcast=jvm.router.rules.Decide.broadcast(spark._jsparkSession, copy))
     schema = (
         "error string, instance string, conversation_id string, service string, origin string, "

@@ -32,17 +32,13 @@ final class Candidates implements Serializable {
    * with the smallest name; the result is sorted by identity ({@code dedupe_candidates}).
    */
   Candidates(List<Route> routes) {
-    List<Route> byName = new ArrayList<>(routes);
-    byName.sort(Comparator.comparing((Route r) -> r.name == null ? "" : r.name, Text.CODE_POINT_ORDER));
-    Map<Route.Identity, Route> unique = new LinkedHashMap<>();
+    // One route, the usual set of a large table (a route per service): nothing to deduplicate or
+    // sort. The snapshot is built once per route change, by code the JIT has not compiled yet, so
+    // the work per route is what a change costs.
+    List<Route> ordered = routes.size() == 1 ? routes : unique(routes);
     boolean anyLocal = false;
-    for (Route r : byName) {
-      unique.putIfAbsent(r.identity, r);
-      anyLocal |= r.local;
-    }
-    List<Route> ordered = new ArrayList<>(unique.values());
-    ordered.sort(Comparator.comparing((Route r) -> r.identity));
     for (Route r : ordered) {
+      anyLocal |= r.local;
       if (r.mirrorAddress != null) {
         mirror.add(r);
       } else if (r.local) {
@@ -54,6 +50,19 @@ final class Candidates implements Serializable {
       }
     }
     this.anyLocal = anyLocal;
+  }
+
+  /** C0: one route per identity, the one with the smallest name, in identity order. */
+  private static List<Route> unique(List<Route> routes) {
+    List<Route> byName = new ArrayList<>(routes);
+    byName.sort(Comparator.comparing((Route r) -> r.name == null ? "" : r.name, Text.CODE_POINT_ORDER));
+    Map<Route.Identity, Route> unique = new LinkedHashMap<>();
+    for (Route r : byName) {
+      unique.putIfAbsent(r.identity, r);
+    }
+    List<Route> ordered = new ArrayList<>(unique.values());
+    ordered.sort(Comparator.comparing((Route r) -> r.identity));
+    return ordered;
   }
 
   static Candidates of(Route only) {

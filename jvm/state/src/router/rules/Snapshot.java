@@ -128,6 +128,20 @@ public final class Snapshot implements Serializable {
     return false;
   }
 
+  /**
+   * A route is an array of these values, in this order ({@code
+   * streaming.spark.decision.ROUTE_FIELDS}), not an object: half the JSON of a large table.
+   */
+  static final String[] ROUTE_FIELDS = {
+    "scope", "name", "service", "broker_instance", "address", "mirror_address"
+  };
+
+  /** The {@code i}-th value of a route's array ({@link #ROUTE_FIELDS}), or null. */
+  private static String item(JsonNode route, int i) {
+    JsonNode value = route.get(i);
+    return value == null || value.isNull() ? null : value.asText();
+  }
+
   private static String text(JsonNode node, String field) {
     JsonNode value = node.get(field);
     return value == null || value.isNull() ? null : value.asText();
@@ -164,6 +178,20 @@ public final class Snapshot implements Serializable {
     final List<String> brokers;
 
     Named(List<Route> routes) {
+      if (routes.size() == 1) { // the usual case in a large table: one route per service
+        Candidates only = new Candidates(routes);
+        String broker = routes.get(0).brokerInstance;
+        if (broker == null) {
+          this.noBroker = only;
+          this.byBroker = Collections.emptyMap();
+          this.brokers = Collections.emptyList();
+        } else {
+          this.noBroker = null;
+          this.byBroker = Collections.singletonMap(broker, only);
+          this.brokers = Collections.singletonList(broker);
+        }
+        return;
+      }
       List<Route> none = new ArrayList<>();
       Map<String, List<Route>> by = new HashMap<>();
       for (Route r : routes) {
@@ -262,14 +290,13 @@ public final class Snapshot implements Serializable {
       Map<String, List<Route>> byScope = new HashMap<>();
       int count = 0;
       for (JsonNode r : node.get("routes")) {
+        if (r.size() != ROUTE_FIELDS.length) {
+          String found = r.size() + " values, not " + ROUTE_FIELDS.length;
+          throw new IllegalArgumentException("a route of the snapshot has " + found + ": " + r);
+        }
         Route route =
             new Route(
-                text(r, "scope"),
-                text(r, "name"),
-                text(r, "service"),
-                text(r, "broker_instance"),
-                text(r, "address"),
-                text(r, "mirror_address"));
+                item(r, 0), item(r, 1), item(r, 2), item(r, 3), item(r, 4), item(r, 5));
         byScope.computeIfAbsent(route.scope, k -> new ArrayList<>()).add(route);
         count++;
       }
