@@ -138,12 +138,14 @@ public final class Snapshot implements Serializable {
 
   /** The {@code i}-th value of a route's array ({@link #ROUTE_FIELDS}), or null. */
   private static String item(JsonNode route, int i) {
-    JsonNode value = route.get(i);
-    return value == null || value.isNull() ? null : value.asText();
+    return textOf(route.get(i));
   }
 
   private static String text(JsonNode node, String field) {
-    JsonNode value = node.get(field);
+    return textOf(node.get(field));
+  }
+
+  private static String textOf(JsonNode value) {
     return value == null || value.isNull() ? null : value.asText();
   }
 
@@ -178,20 +180,6 @@ public final class Snapshot implements Serializable {
     final List<String> brokers;
 
     Named(List<Route> routes) {
-      if (routes.size() == 1) { // the usual case in a large table: one route per service
-        Candidates only = new Candidates(routes);
-        String broker = routes.get(0).brokerInstance;
-        if (broker == null) {
-          this.noBroker = only;
-          this.byBroker = Collections.emptyMap();
-          this.brokers = Collections.emptyList();
-        } else {
-          this.noBroker = null;
-          this.byBroker = Collections.singletonMap(broker, only);
-          this.brokers = Collections.singletonList(broker);
-        }
-        return;
-      }
       List<Route> none = new ArrayList<>();
       Map<String, List<Route>> by = new HashMap<>();
       for (Route r : routes) {
@@ -202,6 +190,11 @@ public final class Snapshot implements Serializable {
         }
       }
       this.noBroker = none.isEmpty() ? null : new Candidates(none);
+      if (by.isEmpty()) { // the usual case in a large table: no route of the service names one
+        this.byBroker = Collections.emptyMap();
+        this.brokers = Collections.emptyList();
+        return;
+      }
       Map<String, Candidates> byBroker = new HashMap<>();
       TreeSet<String> brokers = new TreeSet<>(Text.CODE_POINT_ORDER);
       for (Map.Entry<String, List<Route>> e : by.entrySet()) {
