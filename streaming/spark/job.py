@@ -116,7 +116,6 @@ class RouterJob:
         self.rotation = RotationStore(self.checkpoint / "rotation")
         self._answered_at: Snapshot | None = None
         self._warned: set[str] = set()
-        self._query: StreamingQuery | None = None
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._counter: Any = None
@@ -165,7 +164,12 @@ class RouterJob:
         # state processor's timers would make Spark add a batch without data after each one.
         self.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
         interval = "0 seconds" if bounded else f"{self.settings.trigger_seconds} seconds"
-        self._query = (
+        # The query is not kept on the job. Its callback, this job's `process_batch`, is held by
+        # py4j for as long as the JVM holds the query, and the JVM holds it for as long as Python
+        # does: a job that kept its query would keep itself, its route snapshots and the JVM
+        # objects they hold after `close()` (measured: 70 MiB of heap more per job that one
+        # process ran, with 100,000 routes).
+        return (
             input_stream(self.spark, self.settings, self.topology)
             .writeStream.foreachBatch(self.process_batch)
             .option("checkpointLocation", str(self.checkpoint))
@@ -173,7 +177,6 @@ class RouterJob:
             .trigger(processingTime=interval)
             .start()
         )
-        return self._query
 
     def run(
         self,

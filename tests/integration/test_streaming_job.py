@@ -5,10 +5,12 @@ Each test has its own topic prefix, so its routes, catalogs and message topics a
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 import time
 import uuid
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -222,6 +224,23 @@ def test_a_restart_from_the_checkpoint_routes_only_new_records(spark, kafka_boot
     assert replay(spark, kafka_bootstrap, prefix, tmp_path).routed == 2
     delivered = read_all(kafka_bootstrap, topics.queue_topic("i1", "AW", "Audit", prefix))
     assert sorted(decode_message(v)["conversation_id"] for _, v in delivered) == ["c1", "c2", "c3"]
+
+
+def test_a_finished_job_is_freed_once_its_caller_lets_go_of_it(spark, kafka_bootstrap, prefix, tmp_path):
+    # py4j holds the query's callback (the job's `process_batch`) until the JVM lets go of the
+    # query: a job that held its query would never be freed, with its snapshots and JVM objects.
+    produce(kafka_bootstrap, topics.outbound_topic("i1", prefix), [("c1", message("c1", "Audit"))])
+    job = replay(spark, kafka_bootstrap, prefix, tmp_path)
+    assert job.routed == 1
+    job.close()
+    gone = weakref.ref(job)
+    del job
+    deadline = time.monotonic() + 30
+    while gone() is not None and time.monotonic() < deadline:
+        gc.collect()
+        spark._jvm.java.lang.System.gc()  # the JVM's proxy of the callback is released by its collector
+        time.sleep(0.2)
+    assert gone() is None
 
 
 def test_a_route_created_while_messages_wait_releases_them_in_order(spark, kafka_bootstrap, prefix, tmp_path):
