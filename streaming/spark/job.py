@@ -253,7 +253,10 @@ class RouterJob:
             return False
         t = self.topology
         written_back = [*t.delayed, *(t.choices if self.settings.keep_choice_s > 0 else [])]
+        asked = {topic for topic, _ in targets}
         for topic in written_back:
+            if topic in asked:
+                continue  # asked once, when the inputs had been read: each ask is a new admin client
             for partition, offset in end_offsets(self.settings.kafka, topic).items():
                 targets.setdefault((topic, partition), offset)
         return all(read.get(tp, 0) >= offset for tp, offset in targets.items())
