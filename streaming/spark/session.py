@@ -39,12 +39,13 @@ JVM_OPTIONS = " ".join(
         "-XX:PerMethodTrapLimit=0",
         "-XX:PerBytecodeTrapLimit=0",
         # A method is compiled after four times as many calls and loops as by default. The code that
-        # runs per row crosses that in the first batches all the same; Spark's driver code, which
-        # plans each micro-batch and runs a few thousand times a batch, mostly stays at the quick
-        # first tier instead of being compiled again and again by C2 on one of the two cores.
-        # Measured over the 4th-7th replays of 300,000 messages in one JVM: the JIT used 1.7-2.5 s
-        # of CPU a replay instead of 2.8-4.6 s, and a replay took 7.5-8.0 s instead of 8.0-8.8
-        # (10 times as many: JIT 0.9-1.6 s, replays 7.8-8.4 s).
+        # runs per row crosses that within the first batches all the same; much of Spark's driver
+        # code, which plans each micro-batch and runs only so many times a batch, is compiled less
+        # often, and the JIT's threads take less of the two cores. Measured over the 4th-7th
+        # replays of 300,000 messages in one JVM: the JIT used 1.7-2.5 s of CPU a replay instead
+        # of 2.8-4.6 s, and a replay took 7.5-8.0 s instead of 8.0-8.8 (with 10 times as many:
+        # JIT 0.9-1.6 s, replays 7.8-8.4 s). A run of 1,500,000 messages after three replays was
+        # as fast with it as without (46,100 and 45,700 msg/s).
         "-XX:CompileThresholdScaling=4",
         # Avro allocates a string or bytes field at the length the record declares before reading
         # it: a few garbage bytes can declare 2 GB and end the JVM (OutOfMemoryError). Past this
