@@ -256,6 +256,11 @@ class DecisionInputs:
         self._inputs.set(snapshot.broadcast, sorted("\u0000".join(p) for p in pending), counters)
         self.snapshot = snapshot
 
+    @property
+    def jvm_inputs(self) -> Any:
+        """The JVM `router.rules.DecisionInputs` (the state processor holds it too)."""
+        return self._inputs
+
     def advanced(self) -> dict[str, dict[str, int]]:
         """The rotation counters the batches decided since `set` advanced, as they are now."""
         out: dict[str, dict[str, int]] = {}

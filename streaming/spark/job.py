@@ -156,8 +156,8 @@ class RouterJob:
             raise ConfigError(
                 f"the checkpoint {self.checkpoint} holds conversation memory written by an earlier "
                 "router (Spark's flatMapGroupsWithState), which this version cannot resume; give the "
-                "job a new checkpoint_dir: a new checkpoint rebuilds the kept choices from the choices "
-                "topic and takes in the delayed topic again"
+                "job a new checkpoint_dir: a new checkpoint takes in the delayed topic again and rebuilds "
+                "the kept choices the choices topic holds"
             )
         self.rotation = RotationStore.load(self.checkpoint)
         # A batch runs only when a source has new records (the tick's, at least). Otherwise the
@@ -170,7 +170,7 @@ class RouterJob:
         # objects they hold after `close()` (measured: 70 MiB of heap more per job that one
         # process ran, with 100,000 routes).
         return (
-            input_stream(self.spark, self.settings, self.topology)
+            input_stream(self.spark, self.settings, self.topology, self._inputs)
             .writeStream.foreachBatch(self.process_batch)
             .option("checkpointLocation", str(self.checkpoint))
             .queryName(f"router-{self.topology.name}")

@@ -6,7 +6,7 @@ One decided row gives up to four records, made in one projection and written in 
   made by the decision's pass, `router.rules.Headers`); a record that does not decode goes to the
   dead-letter topic instead, with its error;
 * the choice it made (K2), to the choices topic, when it is the first of its entry to choose in
-  the batch;
+  the batch and the state processor did not keep it itself (`streaming.spark.state`);
 * when it asks for a route (M4, B3): the MissingRoute message to the dynamic routing service, on
   the instance's outbound topic (it is routed like any message of its database), and the request's
   record on the requests topic (B4).

@@ -29,7 +29,7 @@ from streaming.config import Settings
 from streaming.errors import ConfigError
 from streaming.kafka.avro import schema_json
 from streaming.rules.model import Instance
-from streaming.spark.decision import KEPT_COLUMNS
+from streaming.spark.decision import KEPT_COLUMNS, DecisionInputs
 from streaming.spark.session import session_jvm
 from streaming.spark.state import DELAYED_AT, apply_state, as_choices, as_delayed, as_messages
 from streaming.tables.validate import ADDRESS_MAX, SYSNAME_MAX
@@ -182,8 +182,14 @@ def write_options(settings: Settings) -> dict[str, str]:
     return {**PRODUCER_DEFAULTS, **kafka_options(settings)}
 
 
-def input_stream(spark: SparkSession, settings: Settings, topology: Topology) -> DataFrame:
-    """The query's rows as the state processor leaves them (see the module docstring)."""
+def input_stream(
+    spark: SparkSession, settings: Settings, topology: Topology, inputs: DecisionInputs | None = None
+) -> DataFrame:
+    """The query's rows as the state processor leaves them (see the module docstring).
+
+    `inputs` are what the batches are decided with: the processor keeps their choices at once
+    (`streaming.spark.state.apply_state`).
+    """
     t = topology
     register_functions(spark)
     messages = _kafka(spark, settings, [*t.outbound, *t.inbound], limit=True)
@@ -204,7 +210,7 @@ def input_stream(spark: SparkSession, settings: Settings, topology: Topology) ->
         # stage while the other core waited (measured: that stage 0.55-0.57 s instead of 0.64-0.74).
         choices = _kafka(spark, settings, t.choices, limit=False, split=settings.shuffle_partitions)
         rows = rows.unionByName(as_choices(choices, decoded))
-    return apply_state(rows, settings.keep_choice_s, t.retry_s)
+    return apply_state(rows, settings.keep_choice_s, t.retry_s, inputs)
 
 
 TRAILING_BYTES = "router_trailing_bytes"

@@ -18,6 +18,8 @@ import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
+from streaming.rules.model import Database, Instance, Route
+from streaming.spark.decision import DecisionInputs, build_snapshot
 from streaming.spark.state import (
     DELAYED_AT,
     apply_state,
@@ -34,9 +36,11 @@ MESSAGE_SCHEMA = (
     "service string, pos long, id string, error string"
 )
 """A message row as the processor takes it; `from_target` left out of a row reads as the initiator's side."""
-DELAYED_SCHEMA = (
-    f"{MESSAGE_SCHEMA}, kept_bid string, kept_route_service string, kept_address string, {DELAYED_AT} long"
+DECIDABLE_SCHEMA = (
+    f"{MESSAGE_SCHEMA}, bid string, hops_remaining int, expires_ms long, ttl_ms long, size_bytes long"
 )
+"""A message row with every column the rules read (`streaming.spark.sources.decode`'s)."""
+DELAYED_COLUMNS = f"kept_bid string, kept_route_service string, kept_address string, {DELAYED_AT} long"
 RECORD_SCHEMA = "value string, timestamp timestamp, offset long"
 NOW = datetime.now(timezone.utc)
 SOURCES = ("messages", "choices", "delayed")
@@ -48,13 +52,21 @@ class Keeper:
     """Feeds rows of every kind to the processor, one micro-batch per `step`."""
 
     def __init__(
-        self, spark: SparkSession, folder: Path, keep_s: float = 3600.0, retry_s: float = 3600.0
+        self,
+        spark: SparkSession,
+        folder: Path,
+        keep_s: float = 3600.0,
+        retry_s: float = 3600.0,
+        inputs: DecisionInputs | None = None,
+        schema: str = MESSAGE_SCHEMA,
     ) -> None:
         self.spark = spark
         self.folder = folder
         self.checkpoint = folder / "checkpoint"
         self.keep_s = keep_s
         self.retry_s = retry_s
+        self.inputs = inputs
+        self.schema = schema
         for name in SOURCES:
             (folder / name).mkdir(parents=True)
 
@@ -72,9 +84,10 @@ class Keeper:
                     "\n".join(json.dumps(r, default=str) for r in rows), encoding="utf-8"
                 )
         read = self.spark.readStream
-        stream = read.schema(MESSAGE_SCHEMA).json(str(self.folder / "messages"))
+        stream = read.schema(self.schema).json(str(self.folder / "messages"))
         rows = as_messages(stream)
-        rows = rows.unionByName(as_delayed(read.schema(DELAYED_SCHEMA).json(str(self.folder / "delayed"))))
+        delayed_schema = f"{self.schema}, {DELAYED_COLUMNS}"
+        rows = rows.unionByName(as_delayed(read.schema(delayed_schema).json(str(self.folder / "delayed"))))
         rows = rows.unionByName(
             as_choices(read.schema(RECORD_SCHEMA).json(str(self.folder / "choices")), stream)
         )
@@ -84,7 +97,7 @@ class Keeper:
             out.extend(batch.collect())
 
         query = (
-            apply_state(rows, self.keep_s, self.retry_s)
+            apply_state(rows, self.keep_s, self.retry_s, self.inputs)
             .writeStream.foreachBatch(collect)
             .option("checkpointLocation", str(self.checkpoint))
             .trigger(availableNow=True)
@@ -188,6 +201,41 @@ def test_a_choice_is_kept_keep_s_after_it_was_made(spark: SparkSession, tmp_path
     got = keeper.step([message(0, conversation="old"), message(0, conversation="new")])
     assert kept(got) == {"old:0": None, "new:0": "tcp://new:4022"}
     assert sorted(r["key"]["value"].split("\u0000")[1] for r in keeper.state().collect()) == ["new"]
+
+
+def test_the_processor_keeps_a_choice_itself_unless_the_batch_is_decided_in_one_pass(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """K2 at once: given what the batch is decided with, the processor decides its messages as the
+    decision's pass will and keeps the choice of the first of each entry, chosen at the batch's
+    time; that message leaves as not the first of its entry, so no choice record is written for it.
+    With a set of equal options the batch is decided in one pass: the choice goes round the topic."""
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    database = Database("AW", "6f9619ff-8b86-d011-b42d-00cf4fc964ff", True, ())
+    instance = Instance("i1", "TCP://i1:4022", (database,))
+    one = [("i1", Route("AW", "A", "TCP://a:4022", service="S"))]
+    inputs = DecisionInputs(spark)
+    inputs.set(build_snapshot(spark, {"i1": instance}, one, now=NOW))
+    keeper = Keeper(spark, tmp_path, inputs=inputs, schema=DECIDABLE_SCHEMA)
+
+    def decidable(n: int, conversation: str = "c1") -> dict[str, object]:
+        return {**message(n, conversation), "bid": None, "hops_remaining": 16, "size_bytes": 10}
+
+    got = keeper.step([decidable(0), decidable(1)])
+    assert [(r["id"], r["kept_address"], r["first_of_entry"]) for r in got] == [
+        ("c1:0", None, False),
+        ("c1:1", None, False),
+    ]
+    ((entry,),) = [r["value"]["entries"] for r in keeper.state().collect()]
+    chosen = (entry["service"], entry["address"], entry["chosen_ms"])
+    assert chosen == ("S", "TCP://a:4022", got[0]["batch_ms"])
+    assert kept(keeper.step([decidable(2)])) == {"c1:2": "TCP://a:4022"}
+
+    two = [*one, ("i1", Route("AW", "B", "TCP://b:4022", service="S"))]
+    inputs.set(build_snapshot(spark, {"i1": instance}, two, now=NOW))
+    got = keeper.step([decidable(0, "c2")])
+    assert [(r["id"], r["first_of_entry"]) for r in got] == [("c2:0", True)]
+    assert len(keeper.state().collect()) == 1  # c1's alone
 
 
 def delayed(

@@ -337,6 +337,36 @@ def test_a_conversation_keeps_its_route_across_batches_and_a_restart(
     assert went["c4:1"] == went["c4:0"]
 
 
+def test_a_choice_made_with_one_option_is_kept_by_the_state_processor_itself(
+    spark, kafka_bootstrap, prefix, tmp_path
+):
+    """K2: with no set of equal options (the batch is not decided in one pass), the state processor
+    keeps a conversation's choice in its state as the batch is decided: nothing goes round the
+    choices topic, and the choice holds across a restart once a second option appears.
+
+    c1 and c4 find one route; then an equal one appears and the job starts again from its
+    checkpoint. c6 comes first and takes the new set's first turn (C5); picked anew, c1 would take
+    the second, so c1 keeps the route only if its choice was kept.
+    """
+    outbound = topics.outbound_topic("i1", prefix)
+    network = equal_routes(kafka_bootstrap, prefix, "Lone", "A")
+    produce(kafka_bootstrap, outbound, [(c, message(c, "Lone", 0)) for c in ("c1", "c4")])
+    assert replay(spark, kafka_bootstrap, prefix, tmp_path).routed == 2
+    assert read_all(kafka_bootstrap, topics.choices_topic("i1", prefix)) == []
+
+    network += equal_routes(kafka_bootstrap, prefix, "Lone", "B")
+    produce(kafka_bootstrap, outbound, [("c6", message("c6", "Lone", 0))])
+    produce(kafka_bootstrap, outbound, [(c, message(c, "Lone", 1)) for c in ("c1", "c4")])
+    assert replay(spark, kafka_bootstrap, prefix, tmp_path).routed == 3
+    # Equal options now: the batch was decided in one pass, and c6's choice went round the topic.
+    chosen = read_all(kafka_bootstrap, topics.choices_topic("i1", prefix))
+    assert [json.loads(v)["conversation_id"] for _, v in chosen if v is not None] == ["c6"]
+
+    went = routes_taken(kafka_bootstrap, network)
+    assert (went["c1:0"], went["c4:0"], went["c6:0"]) == ("LoneA", "LoneA", "LoneA")
+    assert (went["c1:1"], went["c4:1"]) == ("LoneA", "LoneA")
+
+
 def test_records_on_the_choices_topic_that_are_not_choices_are_ignored(
     spark, kafka_bootstrap, prefix, tmp_path
 ):

@@ -5,10 +5,8 @@ import java.time.Instant;
 import java.time.ZoneOffset;
 import java.time.format.DateTimeFormatter;
 import java.util.HashMap;
-import java.util.HashSet;
 import java.util.Iterator;
 import java.util.Map;
-import java.util.Set;
 
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.broadcast.Broadcast;
@@ -124,18 +122,9 @@ public final class Decide {
   }
 
   /** Where the columns the rules read are in the input. */
-  static final class Columns implements Serializable {
+  static final class Columns extends MessageFields {
     private static final long serialVersionUID = 1L;
-    final int error;
-    final int instance;
-    final int conversation;
-    final int service;
-    final int origin;
-    final int broker;
-    final int fromTarget;
-    final int hops;
     final int ttl;
-    final int size;
     final int keptBroker;
     final int keptService;
     final int keptAddress;
@@ -143,26 +132,13 @@ public final class Decide {
     final int batchMs;
 
     Columns(StructType s) {
-      error = optional(s, "error");
-      instance = s.fieldIndex("instance");
-      conversation = s.fieldIndex("conversation_id");
-      service = s.fieldIndex("service");
-      origin = s.fieldIndex("origin");
-      broker = s.fieldIndex("bid");
-      fromTarget = s.fieldIndex("from_target");
-      hops = s.fieldIndex("hops_remaining");
+      super(s);
       ttl = s.fieldIndex("ttl_s");
-      size = s.fieldIndex("size_bytes");
       keptBroker = optional(s, "kept_bid");
       keptService = optional(s, "kept_route_service");
       keptAddress = optional(s, "kept_address");
       waiting = optional(s, "waiting");
       batchMs = optional(s, "batch_ms");
-    }
-
-    private static int optional(StructType s, String name) {
-      scala.Option<Object> index = s.getFieldIndex(name);
-      return index.isDefined() ? (Integer) index.get() : -1;
     }
   }
 
@@ -212,20 +188,14 @@ public final class Decide {
     private final Snapshot snapshot;
     private final JoinedRow joined = new JoinedRow();
     private final GenericInternalRow decision = new GenericInternalRow(COLUMNS.length);
-    /** B4: per instance, {@code scope\0service} of the requests outstanding. */
-    private final Map<String, Set<String>> pending = new HashMap<>();
-    /** D1: {@code instance\0conversation\0side} of the endpoints delayed in this pass. */
-    private final Set<String> delayed = new HashSet<>();
-    /** K2: what each {@code instance\0conversation\0origin\0service} chose in this pass. */
-    private final Map<String, Route.Identity> chosen = new HashMap<>();
+    /** D1, B4, K2, C5 and M3 from one message to the next. */
+    private final PassState pass;
     /** Destination topics named in this pass, by instance, database and service or by address. */
     private final Map<String, UTF8String> topics = new HashMap<>();
     private final UTF8String version;
     /** F5: bytes forwarded in this pass, by instance; and how many passes share a budget. */
     private final Map<String, Long> inFlight = new HashMap<>();
     private final int partitions;
-    /** C5, M3: whose turn it is in each set of equal options. */
-    private final Rotation rotation;
     private final DecisionInputs inputs;
     private boolean reported;
     /** The batch's time as text: every row of a batch has the same. */
@@ -240,11 +210,7 @@ public final class Decide {
       this.inputs = inputs;
       this.snapshot = inputs.snapshot();
       this.version = utf8(snapshot.version);
-      this.rotation = new Rotation(inputs.rotation());
-      for (String p : inputs.pending()) {
-        int cut = p.indexOf('\u0000');
-        this.pending.computeIfAbsent(p.substring(0, cut), k -> new HashSet<>()).add(p.substring(cut + 1));
-      }
+      this.pass = new PassState(snapshot, inputs);
     }
 
     @Override
@@ -252,7 +218,7 @@ public final class Decide {
       boolean more = rows.hasNext();
       if (!more && !reported) {
         reported = true;
-        inputs.report(rotation.advanced());
+        inputs.report(pass.rotation.advanced());
       }
       return more;
     }
@@ -287,24 +253,9 @@ public final class Decide {
               row.getInt(c.hops),
               row.isNullAt(c.ttl) ? null : row.getDouble(c.ttl),
               row.getLong(c.size));
-      String endpoint = instance + "\u0000" + m.conversationId + (m.fromTarget ? "\u0000t" : "\u0000i");
       boolean waits = c.waiting >= 0 && !row.isNullAt(c.waiting) && row.getBoolean(c.waiting);
-      Set<String> asked = pending.computeIfAbsent(instance, k -> new HashSet<>());
-      String entry = null;
-      Route.Identity remembered = null;
-      Decision d;
-      if (!m.isRemote() && (waits || delayed.contains(endpoint))) {
-        d = Engine.delayedBehind(m);
-      } else {
-        if (m.remembersChoice()) {
-          entry = instance + "\u0000" + m.conversationId + "\u0000" + m.origin + "\u0000" + m.service;
-          remembered = chosen.get(entry);
-          if (remembered == null) {
-            remembered = kept(row);
-          }
-        }
-        d = Engine.decide(m, site, asked, remembered, rotation);
-      }
+      Decision d = pass.decide(site, m, waits, kept(row));
+      Route.Identity remembered = pass.before;
       if (Decision.FORWARD.equals(d.outcome)) {
         long before = inFlight.getOrDefault(instance, 0L);
         if (before + m.sizeBytes > site.forwardBytes / partitions) {
@@ -312,12 +263,6 @@ public final class Decide {
         } else {
           inFlight.put(instance, before + m.sizeBytes);
         }
-      }
-      if (d.requests != null && d.scope != null) {
-        asked.add(d.scope + "\u0000" + d.requests);
-      }
-      if (Decision.DELAYED.equals(d.outcome)) {
-        delayed.add(endpoint);
       }
       UTF8String outcome = utf8(d.outcome);
       UTF8String route = utf8(d.route);
@@ -341,7 +286,6 @@ public final class Decide {
       }
       decision.update(9, scope);
       if (d.remembered != null) {
-        chosen.put(entry, d.remembered);
         decision.update(10, utf8(d.remembered.brokerInstance));
         decision.update(11, utf8(d.remembered.service));
         decision.update(12, utf8(d.remembered.address));

@@ -50,6 +50,11 @@ public final class DecisionInputs implements Serializable {
     return snapshot.value();
   }
 
+  /** The snapshot set, or null before the first {@link #set}. */
+  synchronized Snapshot snapshotOrNull() {
+    return snapshot == null ? null : snapshot.value();
+  }
+
   synchronized String[] pending() {
     return pending;
   }

@@ -22,6 +22,8 @@ import org.apache.spark.sql.streaming.ValueState;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
+import router.rules.DecisionInputs;
+import router.rules.PassState;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
@@ -48,9 +50,16 @@ import scala.jdk.javaapi.CollectionConverters;
  * messages in {@code pos} order, each with the kept identity ({@code kept_bid}, {@code
  * kept_route_service}, {@code kept_address}), {@code waiting} (messages of the conversation are
  * still held: it waits behind them) and {@code first_of_entry} (the first of its entry to leave in
- * this batch: the one whose choice is recorded), and {@code batch_ms}, the micro-batch's time
- * (the decision's "now": a column, not a constant, so that the batch's generated code is the same
- * from one batch to the next and compiled once).
+ * this batch, whose choice the batch records on the choices topic), and {@code batch_ms}, the
+ * micro-batch's time (the decision's "now": a column, not a constant, so that the batch's generated
+ * code is the same from one batch to the next and compiled once).
+ *
+ * <p>K2 at once: given what the batch is decided with ({@link DecisionInputs}), the processor runs
+ * the decision's own pass ({@link PassState}) over the messages as they leave, in the order the
+ * decision will read them in the same task, unless the batch is decided in one pass ({@link
+ * PassState#forProcessor}). A message that is the first of its entry and makes a choice has it kept
+ * here, chosen at the batch's time, as {@code streaming.scenario}'s timeline keeps it, and leaves
+ * with {@code first_of_entry} false: no record goes round the choices topic for it.
  *
  * <p>Each key with a memory has one timer, in processing time, at the instant its memory next
  * changes by itself (a kept choice expires, a held conversation falls due), less {@link
@@ -135,9 +144,18 @@ public final class RouterState {
 
   /**
    * Run the processor: {@code keepMs} bounds how long a choice is kept, {@code retryMs} how long a
-   * delayed conversation waits before it is routed again.
+   * delayed conversation waits before it is routed again. Its choices reach it through the choices
+   * topic alone.
    */
   public static Dataset<Row> apply(Dataset<Row> rows, long keepMs, long retryMs) {
+    return apply(rows, keepMs, retryMs, null);
+  }
+
+  /**
+   * Run the processor, keeping the choices its messages make at once (see the class comment) when
+   * {@code inputs}, what the batch is decided with, allows it ({@link PassState#forProcessor}).
+   */
+  public static Dataset<Row> apply(Dataset<Row> rows, long keepMs, long retryMs, DecisionInputs inputs) {
     StructType input = rows.schema();
     StructType output = outputSchema(input);
     // Grouped by the key column itself, not by a function of each row: a function would have every
@@ -150,7 +168,7 @@ public final class RouterState {
     return rows.groupBy(key)
         .as(Encoders.STRING(), Encoders.row(input))
         .transformWithState(
-            new Step(input, output, keepMs, retryMs),
+            new Step(input, output, keepMs, retryMs, inputs),
             TimeMode.ProcessingTime(),
             OutputMode.Append(),
             Encoders.row(output));
@@ -175,11 +193,20 @@ public final class RouterState {
     private final int outId;
     private final int width;
     private final StructType stateType;
+    /** What the batch is decided with, shipped with each batch's tasks; null: choices come from the topic only. */
+    private final DecisionInputs inputs;
+    /** Where the columns the rules read are in a leaving message, or null when it lacks one. */
+    private final PassState.Leaving rules;
     private transient ValueState<Row> state;
+    /** The task's pass over its leaving messages (K2 kept at once), once looked for; null: none. */
+    private transient PassState pass;
+    private transient boolean passLooked;
 
-    Step(StructType input, StructType output, long keepMs, long retryMs) {
+    Step(StructType input, StructType output, long keepMs, long retryMs, DecisionInputs inputs) {
       this.keepMs = keepMs;
       this.retryMs = retryMs;
+      this.inputs = inputs;
+      this.rules = PassState.Leaving.of(output);
       this.kind = input.fieldIndex(KIND);
       this.position = input.fieldIndex(POSITION);
       this.id = input.fieldIndex(ID);
@@ -252,29 +279,58 @@ public final class RouterState {
       }
       memory.rememberAll(choices);
       ConversationMemory.Step<Object[]> step = memory.step(due, keepMs, retryMs, arrivals);
+      PassState pass = pass();
       List<Row> out = new ArrayList<>(step.released.size() + step.given.size());
       for (ConversationMemory.Given<Object[]> g : step.released) {
-        out.add(leaving(g, now));
+        out.add(leaving(g, now, keepsChoice(pass, memory, g, now)));
       }
       for (ConversationMemory.Given<Object[]> g : step.given) {
-        out.add(leaving(g, now));
+        out.add(leaving(g, now, keepsChoice(pass, memory, g, now)));
       }
+      long next = pass == null ? step.nextAt : memory.nextAt(keepMs, retryMs);
       long timer = saved == null ? NO_TIMER : saved.getLong(2);
       // The next change, less the margin by which a batch may release early; later than now.
-      long at = now + Math.max(1L, step.nextAt - due);
+      long at = now + Math.max(1L, next - due);
       save(memory, saved != null, at, timer == fired ? NO_TIMER : timer);
       return CollectionConverters.asScala(out.iterator());
     }
 
+    private PassState pass() {
+      if (!passLooked) {
+        passLooked = true;
+        pass = rules == null || keepMs <= 0 ? null : PassState.forProcessor(inputs);
+      }
+      return pass;
+    }
+
+    /**
+     * K2: decide {@code g} in the task's pass (the decision will decide it so again) and, when it
+     * is the first of its entry to leave and its decision keeps a choice anew, keep that choice now,
+     * chosen at the batch's time. True when it was kept here: the message then leaves as not the
+     * first of its entry, so the batch writes no choice record for it.
+     */
+    private boolean keepsChoice(
+        PassState pass, ConversationMemory<Object[]> memory, ConversationMemory.Given<Object[]> g, long now) {
+      if (pass == null) {
+        return false;
+      }
+      String[] chosen = pass.choose(rules, g.message, now, g.waiting, g.kept);
+      if (chosen == null || !g.firstOfEntry) {
+        return false;
+      }
+      memory.remember(entryOf(g.message[outOrigin], g.message[outService]), chosen, now);
+      return true;
+    }
+
     /** A message as it leaves: its values, then what the memory tells it, and the batch's time. */
-    private Row leaving(ConversationMemory.Given<Object[]> g, long now) {
+    private Row leaving(ConversationMemory.Given<Object[]> g, long now, boolean choiceKept) {
       Object[] values = g.message.clone();
       int base = passed.length;
       for (int i = 0; i < KEPT.length; i++) {
         values[base + i] = g.kept == null ? null : g.kept[i];
       }
       values[base + KEPT.length] = g.waiting;
-      values[base + KEPT.length + 1] = g.firstOfEntry;
+      values[base + KEPT.length + 1] = g.firstOfEntry && !choiceKept;
       values[base + KEPT.length + 2] = now;
       return RowFactory.create(values);
     }
