@@ -357,10 +357,8 @@ public final class Decide {
       if (c.keptAddress < 0 || row.isNullAt(c.keptAddress)) {
         return null;
       }
-      String broker = string(row, c.keptBroker);
-      String service = string(row, c.keptService);
-      return new Route.Identity(
-          broker == null ? "" : broker, service == null ? "" : service, string(row, c.keptAddress));
+      return Route.Identity.kept(
+          string(row, c.keptBroker), string(row, c.keptService), string(row, c.keptAddress));
     }
 
     private static String string(InternalRow row, int index) {

@@ -44,10 +44,11 @@ public final class DecisionInputs implements Serializable {
   }
 
   synchronized Snapshot snapshot() {
-    if (snapshot == null) {
+    Snapshot set = snapshotOrNull();
+    if (set == null) {
       throw new IllegalStateException("a batch was decided before a route snapshot was set");
     }
-    return snapshot.value();
+    return set;
   }
 
   /** The snapshot set, or null before the first {@link #set}. */

@@ -31,10 +31,9 @@ public final class PassState {
   final Rotation rotation;
   private final Map<String, Set<String>> pending = new HashMap<>();
   private final Set<String> delayed = new HashSet<>();
+  /** K2: what each entry ({@code instance\0conversation\0origin\0service}) chose in this pass. */
   private final Map<String, Route.Identity> chosen = new HashMap<>();
-  /** K2: the entry ({@code instance\0conversation\0origin\0service}) of the last message decided, when it keeps its choice. */
-  String entry;
-  /** K2: what that entry had kept when the message was decided (earlier in the pass, or in its row), or null. */
+  /** K2: what the last message's entry had kept when the message was decided (earlier in the pass, or in its row), or null. */
   Route.Identity before;
 
   PassState(Snapshot snapshot, DecisionInputs inputs) {
@@ -58,14 +57,14 @@ public final class PassState {
 
   /**
    * Decide {@code m} at {@code site}: {@code waits} when its endpoint has messages held (D1), {@code
-   * kept} what its conversation kept in earlier batches (K2). Sets {@link #entry} and {@link
-   * #before}; the caller applies F5 (its budget is the decision pass's alone).
+   * kept} what its conversation kept in earlier batches (K2). Sets {@link #before}; the caller
+   * applies F5 (its budget is the decision pass's alone).
    */
   Decision decide(Snapshot.Site site, Message m, boolean waits, Route.Identity kept) {
     String instance = site.key;
     String endpoint = instance + "\u0000" + m.conversationId + (m.fromTarget ? "\u0000t" : "\u0000i");
     Set<String> asked = pending.computeIfAbsent(instance, k -> new HashSet<>());
-    entry = null;
+    String entry = null;
     before = null;
     Decision d;
     if (!m.isRemote() && (waits || delayed.contains(endpoint))) {
@@ -153,10 +152,7 @@ public final class PassState {
             ((Number) v[f.hops]).intValue(),
             f.ttlS(v, nowMs),
             ((Number) v[f.size]).longValue());
-    Route.Identity was =
-        kept == null || kept[2] == null
-            ? null
-            : new Route.Identity(kept[0] == null ? "" : kept[0], kept[1] == null ? "" : kept[1], kept[2]);
+    Route.Identity was = kept == null ? null : Route.Identity.kept(kept[0], kept[1], kept[2]);
     Decision d = decide(site, m, waits, was);
     if (d.remembered == null || d.remembered.equals(before)) {
       return null;

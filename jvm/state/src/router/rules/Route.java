@@ -53,6 +53,17 @@ final class Route implements Serializable {
       this.address = address;
     }
 
+    /**
+     * K2: the identity a conversation kept, as its columns carry it (a null broker instance or
+     * service stands for none, ""), or null when it kept none (no address).
+     */
+    static Identity kept(String brokerInstance, String service, String address) {
+      if (address == null) {
+        return null;
+      }
+      return new Identity(brokerInstance == null ? "" : brokerInstance, service == null ? "" : service, address);
+    }
+
     @Override
     public int compareTo(Identity other) {
       int c = Text.compare(brokerInstance, other.brokerInstance);
