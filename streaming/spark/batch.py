@@ -50,7 +50,6 @@ from streaming.spark.output import (
     with_destinations,
 )
 from streaming.spark.session import session_jvm
-from streaming.spark.sources import remaining_ttl_s
 
 METRICS = "router_batch"
 
@@ -113,7 +112,6 @@ class BatchPlan:
                     HOME_COLUMN: F.col("instance"),
                     # A record that does not decode belongs to no instance: no lookup finds anything.
                     "instance": F.when(F.col("error").isNull(), F.col("instance")),
-                    "ttl_s": remaining_ttl_s(F.col("batch_ms")),
                 }
             )
             return decide(in_batch_order(rows) if shape.in_one_pass else rows, inputs)

@@ -88,11 +88,10 @@ class SnapshotFlags:
     spreads: bool = False
     """Some set of equal options has more than one (C5, M3): new conversations take them in turn,
     in the whole batch's order, so the batch is decided in one partition."""
-
-    @property
-    def in_one_pass(self) -> bool:
-        """The batch must be decided in one partition, in batch order (B4, or the rotation of C5)."""
-        return self.has_bcn or self.spreads
+    in_one_pass: bool = False
+    """The batch must be decided in one partition, in batch order (B4, or the rotation of C5 and
+    M3): the JVM snapshot's `inOnePass`, which the state processor reads too (it then keeps no
+    choice itself, `streaming.spark.state`)."""
 
 
 def snapshot_flags(routes: Iterable[tuple[str, Route]], now: datetime) -> SnapshotFlags:
@@ -221,7 +220,9 @@ def build_snapshot(
     jvm = session_jvm(spark, DECISION_NEEDS)
     parsed = jvm.router.rules.Snapshot.parse(snapshot_json(instances, active, mirrors, topics, version))
     broadcast = jvm.router.rules.Decide.broadcast(spark._jsparkSession, parsed)
-    flags = replace(snapshot_flags(active, now), spreads=bool(parsed.spreads()))
+    flags = replace(
+        snapshot_flags(active, now), spreads=bool(parsed.spreads()), in_one_pass=bool(parsed.inOnePass())
+    )
     return Snapshot(broadcast, flags, len(active), version, now)
 
 
@@ -275,11 +276,12 @@ def decide(messages: DataFrame, inputs: DecisionInputs) -> DataFrame:
     """`messages` with `DECISION_COLUMNS` (see the module docstring), decided with `inputs`.
 
     The rows need `instance`, `conversation_id`, `service`, `origin`, `bid`, `from_target`,
-    `hops_remaining`, `ttl_s` and `size_bytes`, and may have `error` (a row with one is not
-    decided), `KEPT_COLUMNS` and `waiting`. Each conversation endpoint's rows must be in batch order
-    in their partition; with a route to the dynamic routing service (B4) or a set of equal options
-    (C5, M3), `SnapshotFlags.in_one_pass`, the whole batch must be one partition in batch order
-    (`in_batch_order`).
+    `hops_remaining` and `size_bytes`, and F3's lifetime: `ttl_s` (the seconds a message has left),
+    or `expires_ms` and `ttl_ms` as it came with `batch_ms` to read them at; they may have `error`
+    (a row with one is not decided), `KEPT_COLUMNS` and `waiting`. Each conversation endpoint's
+    rows must be in batch order in their partition; with a route to the dynamic routing service
+    (B4) or a set of equal options (C5, M3), `SnapshotFlags.in_one_pass`, the whole batch must be
+    one partition in batch order (`in_batch_order`).
     """
     out = session_jvm(messages.sparkSession, DECISION_NEEDS).router.rules.Decide.apply(
         messages._jdf, inputs._inputs

@@ -286,15 +286,6 @@ def _header_value(name: str) -> Column:
     return F.get(named, 0)["value"].cast("string")
 
 
-def remaining_ttl_s(now_ms: Column) -> Column:
-    """F3: seconds a message has left to live at `now_ms` (the rules' `ttl_s`), or null when unknown."""
-    return (
-        F.when(F.col("expires_ms").isNotNull(), (F.col("expires_ms") - now_ms) / 1000.0)
-        .otherwise(F.col("ttl_ms") / 1000.0)
-        .cast("double")
-    )
-
-
 def canonical_guid_sql(value: Column) -> Column:
     """R3: a broker instance GUID in canonical 8-4-4-4-12 lowercase form, or null when it is none."""
     compact = F.regexp_replace(F.lower(F.regexp_replace(F.trim(value), r"[{}]", "")), "-", "")
@@ -317,7 +308,8 @@ def decode(records: DataFrame, topology: Topology, passed: tuple[str, ...] = ())
     The `passed` columns of `records` are kept as they are. A message's batch order `pos` is its
     source, then partition, then offset: delayed records first, then outbound, then inbound (a
     conversation's records share a partition: its id is the key). Its lifetime (F3) stays as it
-    came, `expires_ms` or `ttl_ms`: the batch reads it against its own time (`remaining_ttl_s`).
+    came, `expires_ms` or `ttl_ms`: the decision reads it at the batch's time
+    (`router.rules.MessageFields`).
     """
     t = topology
     source = (

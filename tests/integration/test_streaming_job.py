@@ -14,7 +14,7 @@ import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -753,3 +753,62 @@ def test_a_forwarder_holds_at_most_its_forward_size_in_flight(spark, kafka_boots
     replay(spark, kafka_bootstrap, prefix, tmp_path, instance="f1")
     again = read_all(kafka_bootstrap, network)
     assert [decode_message(v)["message_id"] for _, v in again[len(forwarded) :]] == ["b9:9"]
+
+
+def test_a_forwarder_discards_a_message_whose_lifetime_has_run_out(spark, kafka_bootstrap, prefix, tmp_path):
+    """F3 through the stream: a message's lifetime is read at the batch's time, from when it expires
+    or, without that, from its time to live; one whose lifetime has run out is discarded with
+    lifetime_expired, one with time left or no lifetime is forwarded with one hop less."""
+    forwarder = Instance(
+        "f1",
+        "TCP://f1:4022",
+        (Database("msdb", "0f0f0f0f-0000-0000-0000-000000000001", True, ()),),
+        forwarding=True,
+    )
+    publish_catalogs(kafka_bootstrap, [I1, I2, forwarder], topics.catalogs_topic(prefix))
+    put_route(kafka_bootstrap, "f1", Route("msdb", "Onward", "TCP://next:4022"), topics.routes_topic(prefix))
+    now = datetime.now(timezone.utc)
+
+    def far(conversation: str, enqueued: datetime, ttl_ms: int | None, expires: bool = True) -> bytes:
+        record = new_message_record(
+            message_id=conversation,
+            conversation_id=conversation,
+            to_service="FarService",
+            from_service="InitiatorService",
+            enqueued_at=enqueued,
+            time_to_live_ms=ttl_ms,
+        )
+        if not expires:
+            record["expires_at"] = None  # only its time to live is known
+        return encode_message(record)
+
+    produce(
+        kafka_bootstrap,
+        topics.inbound_topic("f1", prefix),
+        [
+            ("expired", far("expired", now - timedelta(minutes=2), 60_000)),
+            ("live", far("live", now, 3_600_000)),
+            ("no-time-left", far("no-time-left", now, 0, expires=False)),
+            ("time-left", far("time-left", now, 30_000, expires=False)),
+            ("no-lifetime", far("no-lifetime", now, None)),
+        ],
+    )
+    replay(spark, kafka_bootstrap, prefix, tmp_path, instance="f1")
+    network = topics.network_topic(normalize_address("TCP://next:4022"), prefix)
+    forwarded = {
+        decode_message(v)["message_id"]: (h["outcome"], decode_message(v)["hops_remaining"])
+        for h, v in read_all(kafka_bootstrap, network)
+    }
+    assert forwarded == {
+        "live": ("forward", 15),
+        "time-left": ("forward", 15),
+        "no-lifetime": ("forward", 15),
+    }
+    dropped = {
+        decode_message(v)["message_id"]: (h["outcome"], h["reason"])
+        for h, v in read_all(kafka_bootstrap, topics.dropped_topic("f1", prefix))
+    }
+    assert dropped == {
+        "expired": ("discarded", "lifetime_expired"),
+        "no-time-left": ("discarded", "lifetime_expired"),
+    }

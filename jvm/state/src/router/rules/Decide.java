@@ -124,7 +124,6 @@ public final class Decide {
   /** Where the columns the rules read are in the input. */
   static final class Columns extends MessageFields {
     private static final long serialVersionUID = 1L;
-    final int ttl;
     final int keptBroker;
     final int keptService;
     final int keptAddress;
@@ -133,12 +132,14 @@ public final class Decide {
 
     Columns(StructType s) {
       super(s);
-      ttl = s.fieldIndex("ttl_s");
       keptBroker = optional(s, "kept_bid");
       keptService = optional(s, "kept_route_service");
       keptAddress = optional(s, "kept_address");
       waiting = optional(s, "waiting");
       batchMs = optional(s, "batch_ms");
+      if (ttlS < 0 && batchMs < 0) {
+        throw new IllegalArgumentException("the rows carry no ttl_s, and no batch_ms to read expires_ms and ttl_ms at");
+      }
     }
   }
 
@@ -241,6 +242,17 @@ public final class Decide {
       return joined.apply(row, decision);
     }
 
+    /** F3: the seconds the message in {@code row} has left to live ({@link MessageFields}). */
+    private Double ttlS(InternalRow row) {
+      if (c.ttlS >= 0) {
+        return row.isNullAt(c.ttlS) ? null : row.getDouble(c.ttlS);
+      }
+      return MessageFields.remainingS(
+          row.isNullAt(c.expiresMs) ? null : row.getLong(c.expiresMs),
+          row.isNullAt(c.ttlMs) ? null : row.getLong(c.ttlMs),
+          row.getLong(c.batchMs));
+    }
+
     private void decide(InternalRow row, Snapshot.Site site) {
       String instance = site.key;
       Message m =
@@ -251,7 +263,7 @@ public final class Decide {
               string(row, c.broker),
               !row.isNullAt(c.fromTarget) && row.getBoolean(c.fromTarget),
               row.getInt(c.hops),
-              row.isNullAt(c.ttl) ? null : row.getDouble(c.ttl),
+              ttlS(row),
               row.getLong(c.size));
       boolean waits = c.waiting >= 0 && !row.isNullAt(c.waiting) && row.getBoolean(c.waiting);
       Decision d = pass.decide(site, m, waits, kept(row));

@@ -8,6 +8,11 @@ import org.apache.spark.sql.types.StructType;
  * Where the columns the rules read of a message ({@code streaming.spark.sources.decode}'s) are in a
  * row's schema; {@link #error} is -1 when the rows have no {@code error} column. A missing column
  * of the others fails with Spark's {@link IllegalArgumentException}.
+ *
+ * <p>F3's lifetime is read one of two ways: {@code ttl_s}, the seconds a message has left, from a
+ * caller that knows them ({@code streaming.spark.decider}); or, without that column, {@code
+ * expires_ms} and {@code ttl_ms} as the message came, read at the batch's time ({@link
+ * #remainingS}). The index of the way not taken is -1.
  */
 class MessageFields implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -20,6 +25,9 @@ class MessageFields implements Serializable {
   final int fromTarget;
   final int hops;
   final int size;
+  final int ttlS;
+  final int expiresMs;
+  final int ttlMs;
 
   MessageFields(StructType s) {
     error = optional(s, "error");
@@ -31,6 +39,20 @@ class MessageFields implements Serializable {
     fromTarget = s.fieldIndex("from_target");
     hops = s.fieldIndex("hops_remaining");
     size = s.fieldIndex("size_bytes");
+    ttlS = optional(s, "ttl_s");
+    expiresMs = ttlS >= 0 ? -1 : s.fieldIndex("expires_ms");
+    ttlMs = ttlS >= 0 ? -1 : s.fieldIndex("ttl_ms");
+  }
+
+  /**
+   * F3: the seconds a message has left to live at {@code nowMs}, from when it expires ({@code
+   * expiresMs}) or, without that, how long it lives ({@code ttlMs}); null when it has neither.
+   */
+  static Double remainingS(Number expiresMs, Number ttlMs, long nowMs) {
+    if (expiresMs != null) {
+      return (expiresMs.longValue() - nowMs) / 1000.0;
+    }
+    return ttlMs == null ? null : ttlMs.longValue() / 1000.0;
   }
 
   /** The index of {@code name} in {@code s}, or -1 when it has no such column. */

@@ -94,35 +94,22 @@ public final class PassState {
   /** Where the columns the rules read are in a message as the state processor leaves it. */
   public static final class Leaving extends MessageFields {
     private static final long serialVersionUID = 1L;
-    final int expiresMs;
-    final int ttlMs;
 
     private Leaving(StructType s) {
       super(s);
-      expiresMs = s.fieldIndex("expires_ms");
-      ttlMs = s.fieldIndex("ttl_ms");
-    }
-
-    /** The columns of {@code schema}, or null when it lacks one (the processor then decides nothing). */
-    public static Leaving of(StructType schema) {
-      try {
-        return new Leaving(schema);
-      } catch (IllegalArgumentException missing) {
-        return null;
-      }
     }
 
     /**
-     * F3: seconds a message has left to live at {@code nowMs}, or null when unknown ({@code
-     * streaming.spark.sources.remaining_ttl_s}, the decision's {@code ttl_s}, in Java).
+     * The columns of {@code schema}, or null when it lacks one (the processor then decides
+     * nothing). Its messages carry their lifetime as they came ({@code expires_ms}, {@code ttl_ms}).
      */
-    Double ttlS(Object[] v, long nowMs) {
-      Object expires = v[expiresMs];
-      if (expires != null) {
-        return (((Number) expires).longValue() - nowMs) / 1000.0;
+    public static Leaving of(StructType schema) {
+      try {
+        Leaving f = new Leaving(schema);
+        return f.expiresMs >= 0 ? f : null;
+      } catch (IllegalArgumentException missing) {
+        return null;
       }
-      Object ttl = v[ttlMs];
-      return ttl == null ? null : ((Number) ttl).longValue() / 1000.0;
     }
   }
 
@@ -150,7 +137,7 @@ public final class PassState {
             (String) v[f.broker],
             Boolean.TRUE.equals(v[f.fromTarget]),
             ((Number) v[f.hops]).intValue(),
-            f.ttlS(v, nowMs),
+            MessageFields.remainingS((Number) v[f.expiresMs], (Number) v[f.ttlMs], nowMs),
             ((Number) v[f.size]).longValue());
     Route.Identity was = kept == null ? null : Route.Identity.kept(kept[0], kept[1], kept[2]);
     Decision d = decide(site, m, waits, was);

@@ -132,7 +132,7 @@ public final class Snapshot implements Serializable {
    * B4, C5, M3: a batch must be decided in one pass, in batch order: an active route names the
    * dynamic routing service (B4's first asker is the first in the whole batch), or some set of
    * equal options has more than one ({@link #spreads}: the rotation runs across conversations).
-   * {@code streaming.spark.decision.SnapshotFlags.in_one_pass} says the same from the routes.
+   * {@code streaming.spark.decision.SnapshotFlags.in_one_pass} is this, read when the snapshot is built.
    */
   public boolean inOnePass() {
     for (Site s : sites.values()) {
