@@ -67,6 +67,8 @@ class Keeper:
         self.retry_s = retry_s
         self.inputs = inputs
         self.schema = schema
+        self.updated = 0
+        """The state rows the last step wrote (Spark's `numRowsUpdated`)."""
         for name in SOURCES:
             (folder / name).mkdir(parents=True)
 
@@ -106,6 +108,9 @@ class Keeper:
         query.awaitTermination(120)
         query.stop()
         assert query.exception() is None, query.exception()
+        self.updated = sum(
+            op["numRowsUpdated"] for p in query.recentProgress for op in p.get("stateOperators") or ()
+        )
         return out
 
     def state(self) -> DataFrame:
@@ -177,6 +182,19 @@ def test_a_newer_choice_replaces_the_kept_one(keeper: Keeper) -> None:
     # An older record (read late) does not undo a newer choice.
     keeper.step([], [choice("tcp://a:4022", at=NOW - timedelta(seconds=60))])
     assert kept(keeper.step([message(2)])) == {"c1:2": "tcp://c:4022"}
+
+
+def test_the_state_is_written_when_the_memory_changes_not_at_every_batch(keeper: Keeper) -> None:
+    """A later message of a conversation whose choice is kept reads the memory and leaves it as it
+    was: the batch writes nothing to the state store for it."""
+    keeper.step([], [choice("tcp://a:4022")])
+    assert keeper.updated == 1
+    assert kept(keeper.step([message(0)])) == {"c1:0": "tcp://a:4022"}
+    assert keeper.updated == 0
+    keeper.step([], [choice("tcp://b:4022", at=NOW + timedelta(seconds=1))])
+    assert keeper.updated == 1
+    assert kept(keeper.step([message(1), message(2)])) == {"c1:1": "tcp://b:4022", "c1:2": "tcp://b:4022"}
+    assert keeper.updated == 0
 
 
 def test_a_conversations_messages_leave_in_batch_order(keeper: Keeper) -> None:

@@ -1,6 +1,7 @@
 package router.state;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.Comparator;
 import java.util.HashSet;
@@ -100,6 +101,8 @@ public final class ConversationMemory<M> {
   private final Map<String, Kept> kept = new LinkedHashMap<>();
   /** D1: the held messages by message id (a message is held once); put in order when read. */
   private final Map<String, Held<M>> held = new java.util.HashMap<>();
+  /** Something was remembered, held, forgotten or released since {@link #settle}. */
+  private boolean changed;
 
   private List<Held<M>> inOrder() {
     List<Held<M>> out = new ArrayList<>(held.values());
@@ -115,6 +118,19 @@ public final class ConversationMemory<M> {
   /** The held messages, in order. */
   public List<Held<M>> held() {
     return Collections.unmodifiableList(inOrder());
+  }
+
+  /**
+   * Whether the memory changed since it was made or last {@link #settle settled}: when it did not,
+   * the state that holds it need not be written again.
+   */
+  public boolean changed() {
+    return changed;
+  }
+
+  /** The memory as it is now is the one kept: {@link #changed} is false until it next changes. */
+  public void settle() {
+    changed = false;
   }
 
   /** Nothing is remembered: the conversation's state can be removed. */
@@ -148,10 +164,11 @@ public final class ConversationMemory<M> {
    */
   public void remember(String entry, String[] identity, long at) {
     Kept before = kept.get(entry);
-    if (before != null && before.chosenAt > at) {
+    if (before != null && (before.chosenAt > at || before.chosenAt == at && Arrays.equals(before.identity, identity))) {
       return;
     }
     kept.put(entry, new Kept(identity, at));
+    changed = true;
   }
 
   /** K2: remember a step's choice records by time, then by the order they were recorded in. */
@@ -172,6 +189,7 @@ public final class ConversationMemory<M> {
     Held<M> copy = held.get(messageId);
     if (copy == null || copy.order > order) {
       held.put(messageId, new Held<>(message, messageId, order, at, entry, keptIdentity));
+      changed = true;
     }
   }
 
@@ -189,6 +207,7 @@ public final class ConversationMemory<M> {
     for (Iterator<Kept> it = kept.values().iterator(); it.hasNext(); ) {
       if (it.next().chosenAt + keep <= now) {
         it.remove();
+        changed = true;
       }
     }
   }
@@ -201,6 +220,7 @@ public final class ConversationMemory<M> {
     }
     List<Held<M>> out = inOrder();
     held.clear();
+    changed = true;
     return out;
   }
 

@@ -70,6 +70,14 @@ import scala.jdk.javaapi.CollectionConverters;
  * 200 ms per partition with 100,000 conversations held). The query must run with {@code
  * spark.sql.streaming.noDataMicroBatches.enabled=false}, or Spark would run a batch without data
  * after every batch and a bounded run would not end.
+ *
+ * <p>A key's state is written only when its memory changed in the batch ({@link
+ * ConversationMemory#changed}): a later message of a conversation whose choice is kept reads the
+ * state and leaves it as it was, rather than writing the same memory back (a RocksDB put, and a
+ * line of the checkpoint's changelog, per conversation and batch). Measured over replays of
+ * 300,000 messages whose conversations' four messages fall in different batches of 100,000 (one
+ * JVM, alternating): the second and third batches took 2.19 s on average instead of 2.37 s, though
+ * the spread of single batches (2.01-2.61 s) was as wide as the difference.
  */
 public final class RouterState {
   public static final String KEY = "c_key";
@@ -367,6 +375,7 @@ public final class RouterState {
             entryOf(message.get(outOrigin), message.get(outService)),
             kept);
       }
+      memory.settle(); // as the state holds it
       return memory;
     }
 
@@ -376,6 +385,9 @@ public final class RouterState {
      * had a memory).
      */
     private void save(ConversationMemory<Object[]> memory, boolean existed, long at, long timer) {
+      if (existed && !memory.changed() && timer == at) {
+        return; // the state holds this memory and its timer already
+      }
       if (memory.isEmpty()) {
         if (timer != NO_TIMER) {
           getHandle().deleteTimer(timer);
