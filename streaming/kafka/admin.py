@@ -23,6 +23,7 @@ from streaming.errors import KafkaUnavailable, RouterError
 from streaming.kafka.connection import Kafka, bootstrap_of, client_config, connection_of
 
 _LIBRDKAFKA_LOG = logging.getLogger("streaming.kafka.librdkafka")
+log = logging.getLogger("streaming.kafka.admin")
 
 
 def admin_client(kafka: Kafka) -> AdminClient:
@@ -212,25 +213,68 @@ def delete_topics(kafka: Kafka, names: Iterable[str], timeout: float = 30.0) -> 
     ]
 
 
+LEADER_RETRY_PAUSE_S = 0.1
+"""The pause before asking again while a partition's leader is not ready (`leader_moving`)."""
+_LEADER_MOVING = frozenset(
+    {
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+    }
+)
+
+
+def leader_moving(error: KafkaException | KafkaError | None) -> bool:
+    """Whether the error says a partition's leader is not ready yet (a new topic, a leader change).
+
+    The client raises these with `retriable()` false, so they are known by their codes.
+    """
+    if isinstance(error, KafkaException):
+        error = error.args[0] if error.args else None
+    return isinstance(error, KafkaError) and (error.retriable() or error.code() in _LEADER_MOVING)
+
+
 def end_offsets(kafka: Kafka, topic: str, timeout: float = 10.0) -> dict[int, int]:
-    """Return each partition's end offset (the offset the next record will get)."""
+    """Return each partition's end offset (the offset the next record will get).
+
+    While a partition's leader is not ready yet (a topic created a moment ago: the broker the
+    metadata names may not lead it yet and answer NOT_LEADER_FOR_PARTITION), it is asked again
+    until `timeout`.
+    """
     # One client asks for the partitions, then for their end offsets: it knows each partition's
     # leader by then. A new client for the offsets looked the leaders up again, and that lookup
     # sometimes waited for librdkafka's one-second timer: 1.0 or 3.0 s instead of about 0.06 s, in
     # 7 of 45 bounded replays (whose end waited for it), and in none of 40 with one client.
-    client = admin_client(kafka)  # kept referenced: its futures resolve only while it lives
-    metadata = _listed(client, kafka, timeout).topics.get(topic)
-    if metadata is None or metadata.error is not None:
-        reason = "it does not exist" if metadata is None else str(metadata.error)
-        raise RouterError(f"expected topic {topic!r} at {bootstrap_of(kafka)}, {reason}")
-    request = {TopicPartition(topic, partition): OffsetSpec.latest() for partition in metadata.partitions}
-    futures = client.list_offsets(request, request_timeout=timeout)
-    offsets: dict[int, int] = {}
-    for tp, future in futures.items():
-        try:
-            offsets[tp.partition] = future.result().offset
-        except KafkaException as exc:
-            raise KafkaUnavailable(
-                f"reading the end offset of {topic}[{tp.partition}] at {bootstrap_of(kafka)}: {exc}"
-            ) from exc
-    return dict(sorted(offsets.items()))
+    deadline = time.monotonic() + timeout
+    while True:
+        left = max(deadline - time.monotonic(), 0.1)
+        client = admin_client(kafka)  # kept referenced: its futures resolve only while it lives
+        metadata = _listed(client, kafka, left).topics.get(topic)
+        moving: object = None
+        if metadata is None or metadata.error is not None:
+            if metadata is None or not leader_moving(metadata.error) or not _time_for_another(deadline):
+                reason = "it does not exist" if metadata is None else str(metadata.error)
+                raise RouterError(f"expected topic {topic!r} at {bootstrap_of(kafka)}, {reason}")
+            moving = metadata.error
+        else:
+            request = {TopicPartition(topic, p): OffsetSpec.latest() for p in metadata.partitions}
+            futures = client.list_offsets(request, request_timeout=left)
+            offsets: dict[int, int] = {}
+            for tp, future in futures.items():
+                try:
+                    offsets[tp.partition] = future.result().offset
+                except KafkaException as exc:
+                    if not leader_moving(exc) or not _time_for_another(deadline):
+                        where = f"{topic}[{tp.partition}] at {bootstrap_of(kafka)}"
+                        raise KafkaUnavailable(f"reading the end offset of {where}: {exc}") from exc
+                    moving = exc
+            if moving is None:
+                return dict(sorted(offsets.items()))
+        log.debug("end offsets of %s: the leader is not ready yet (%s); asking again", topic, moving)
+        time.sleep(LEADER_RETRY_PAUSE_S)
+
+
+def _time_for_another(deadline: float) -> bool:
+    return time.monotonic() + LEADER_RETRY_PAUSE_S < deadline

@@ -49,6 +49,7 @@ from typing import Generic, TypeVar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streaming.errors import ConfigError, KafkaUnavailable, MalformedRecord
+from streaming.kafka.admin import LEADER_RETRY_PAUSE_S, leader_moving
 from streaming.kafka.connection import ClientValue, Kafka, bootstrap_of, client_config
 from streaming.kafka.consuming import take_arrived
 from streaming.rules.model import Instance, MirrorRole, Route
@@ -65,28 +66,6 @@ _BATCH = 10_000
 """Records taken from the consumer's queue per call into librdkafka."""
 _MISSING_RECHECK_S = 5.0
 """How often `poll()` asks the broker whether a topic that did not exist has been created."""
-_RETRY_PAUSE_S = 0.1
-"""The pause before asking again while a partition's leader is not ready (`_leader_moving`)."""
-_LEADER_MOVING = frozenset(
-    {
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.FENCED_LEADER_EPOCH,
-        KafkaError.UNKNOWN_LEADER_EPOCH,
-        KafkaError.OFFSET_NOT_AVAILABLE,
-    }
-)
-
-
-def _leader_moving(exc: KafkaException) -> bool:
-    """Whether the error says a partition's leader is not ready yet (a new topic, a leader change).
-
-    The client raises these with `retriable()` false, so they are known by their codes.
-    """
-    error = exc.args[0] if exc.args else None
-    return isinstance(error, KafkaError) and (error.retriable() or error.code() in _LEADER_MOVING)
-
-
 V = TypeVar("V")
 _ABSENT = object()
 
@@ -339,11 +318,11 @@ class TableReader(Generic[V]):
                     )
                     break
                 except KafkaException as exc:
-                    if not _leader_moving(exc) or time.monotonic() + _RETRY_PAUSE_S >= deadline:
+                    if not leader_moving(exc) or time.monotonic() + LEADER_RETRY_PAUSE_S >= deadline:
                         raise KafkaUnavailable(
                             f"reading the end offsets of {self.topic} at {self.bootstrap}: {exc}"
                         ) from exc
-                    time.sleep(_RETRY_PAUSE_S)
+                    time.sleep(LEADER_RETRY_PAUSE_S)
             ends[partition] = high
         return ends
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from streaming.cli import main
-from streaming.kafka.admin import admin_client, ensure_topics
+from streaming.kafka.admin import admin_client, end_offsets, ensure_topics, leader_moving
 from streaming.kafka.avro import catalog_to_record, encode_catalog, encode_route, route_to_record
 from streaming.rules.model import Database, Instance, MirrorRole, Route
 from streaming.tables.reader import (
@@ -25,7 +25,6 @@ from streaming.tables.reader import (
     MirrorTableReader,
     RouteTableReader,
     TableReader,
-    _leader_moving,
     read_routes,
 )
 from streaming.tables.topic_io import produce_records, publish_catalogs, read_catalogs
@@ -390,10 +389,27 @@ def test_only_a_leader_not_ready_yet_is_asked_again() -> None:
     def raised(code: int) -> KafkaException:
         return KafkaException(KafkaError(code, "Failed to get watermark offsets"))
 
-    assert _leader_moving(raised(KafkaError.NOT_LEADER_FOR_PARTITION))
-    assert _leader_moving(raised(KafkaError.LEADER_NOT_AVAILABLE))
-    assert not _leader_moving(raised(KafkaError.TOPIC_AUTHORIZATION_FAILED))
-    assert not _leader_moving(raised(KafkaError.UNKNOWN_TOPIC_OR_PART))
+    assert leader_moving(raised(KafkaError.NOT_LEADER_FOR_PARTITION))
+    assert leader_moving(raised(KafkaError.LEADER_NOT_AVAILABLE))
+    assert not leader_moving(raised(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    assert not leader_moving(raised(KafkaError.UNKNOWN_TOPIC_OR_PART))
+    # A topic's own error in the metadata is a KafkaError, not raised.
+    assert leader_moving(KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
+    assert not leader_moving(None)
+
+
+def test_the_end_offsets_of_a_topic_created_a_moment_ago_wait_for_its_leader(
+    kafka_bootstrap: str, unique_topic: Callable[[str], str]
+) -> None:
+    """As a replay asks for the end offsets of the delayed topic its job has just created, or a
+    test for those of a destination topic the router created a moment ago: a partition whose
+    leader does not lead yet (NOT_LEADER_FOR_PARTITION, seen under load) is asked again."""
+    client = admin_client(kafka_bootstrap)
+    for n in range(8):
+        topic = unique_topic(f"fresh{n}")
+        for future in client.create_topics([NewTopic(topic, num_partitions=2)]).values():
+            future.result(30)  # created: its leaders are not waited for
+        assert end_offsets(kafka_bootstrap, topic) == {0: 0, 1: 0}
 
 
 # --- catalogs ------------------------------------------------------------------------------------
