@@ -254,7 +254,7 @@ def end_offsets(kafka: Kafka, topic: str, timeout: float = 10.0) -> dict[int, in
         metadata = _listed(client, kafka, left).topics.get(topic)
         moving: object = None
         if metadata is None or metadata.error is not None:
-            if metadata is None or not leader_moving(metadata.error) or not _time_for_another(deadline):
+            if metadata is None or not leader_moving(metadata.error) or not time_for_another_ask(deadline):
                 reason = "it does not exist" if metadata is None else str(metadata.error)
                 raise RouterError(f"expected topic {topic!r} at {bootstrap_of(kafka)}, {reason}")
             moving = metadata.error
@@ -266,7 +266,7 @@ def end_offsets(kafka: Kafka, topic: str, timeout: float = 10.0) -> dict[int, in
                 try:
                     offsets[tp.partition] = future.result().offset
                 except KafkaException as exc:
-                    if not leader_moving(exc) or not _time_for_another(deadline):
+                    if not leader_moving(exc) or not time_for_another_ask(deadline):
                         where = f"{topic}[{tp.partition}] at {bootstrap_of(kafka)}"
                         raise KafkaUnavailable(f"reading the end offset of {where}: {exc}") from exc
                     moving = exc
@@ -276,5 +276,6 @@ def end_offsets(kafka: Kafka, topic: str, timeout: float = 10.0) -> dict[int, in
         time.sleep(LEADER_RETRY_PAUSE_S)
 
 
-def _time_for_another(deadline: float) -> bool:
+def time_for_another_ask(deadline: float) -> bool:
+    """Whether a pause of `LEADER_RETRY_PAUSE_S` still leaves time before `deadline` (monotonic)."""
     return time.monotonic() + LEADER_RETRY_PAUSE_S < deadline

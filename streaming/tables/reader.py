@@ -49,7 +49,7 @@ from typing import Generic, TypeVar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streaming.errors import ConfigError, KafkaUnavailable, MalformedRecord
-from streaming.kafka.admin import LEADER_RETRY_PAUSE_S, leader_moving
+from streaming.kafka.admin import LEADER_RETRY_PAUSE_S, leader_moving, time_for_another_ask
 from streaming.kafka.connection import ClientValue, Kafka, bootstrap_of, client_config
 from streaming.kafka.consuming import take_arrived
 from streaming.rules.model import Instance, MirrorRole, Route
@@ -318,7 +318,7 @@ class TableReader(Generic[V]):
                     )
                     break
                 except KafkaException as exc:
-                    if not leader_moving(exc) or time.monotonic() + LEADER_RETRY_PAUSE_S >= deadline:
+                    if not leader_moving(exc) or not time_for_another_ask(deadline):
                         raise KafkaUnavailable(
                             f"reading the end offsets of {self.topic} at {self.bootstrap}: {exc}"
                         ) from exc

@@ -12,6 +12,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
+import java.util.function.Predicate;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
@@ -118,14 +119,7 @@ public final class Snapshot implements Serializable {
    * broker instances): a pick then takes its turn in a rotation that runs across conversations.
    */
   public boolean spreads() {
-    for (Site s : sites.values()) {
-      for (Table t : s.tables.values()) {
-        if (t.spreads) {
-          return true;
-        }
-      }
-    }
-    return false;
+    return anyTable(t -> t.spreads);
   }
 
   /**
@@ -135,9 +129,14 @@ public final class Snapshot implements Serializable {
    * {@code streaming.spark.decision.SnapshotFlags.in_one_pass} is this, read when the snapshot is built.
    */
   public boolean inOnePass() {
+    return anyTable(t -> t.spreads || t.hasBcn);
+  }
+
+  /** Whether a table of some instance is {@code such}. */
+  private boolean anyTable(Predicate<Table> such) {
     for (Site s : sites.values()) {
       for (Table t : s.tables.values()) {
-        if (t.spreads || t.hasBcn) {
+        if (such.test(t)) {
           return true;
         }
       }

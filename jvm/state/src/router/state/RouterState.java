@@ -295,10 +295,10 @@ public final class RouterState {
       for (ConversationMemory.Given<Object[]> g : step.given) {
         out.add(leaving(g, now, keepsChoice(pass, memory, g, now)));
       }
-      long next = pass == null ? step.nextAt : memory.nextAt(keepMs, retryMs);
       long timer = saved == null ? NO_TIMER : saved.getLong(2);
-      // The next change, less the margin by which a batch may release early; later than now.
-      long at = now + Math.max(1L, next - due);
+      // The memory's next change (with what the pass kept), less the margin by which a batch may
+      // release early; later than now.
+      long at = now + Math.max(1L, memory.nextAt(keepMs, retryMs) - due);
       save(memory, saved != null, at, timer == fired ? NO_TIMER : timer);
       return CollectionConverters.asScala(out.iterator());
     }
