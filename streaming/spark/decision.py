@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -85,17 +85,21 @@ class SnapshotFlags:
     """An active TRANSPORT route exists: a next hop can come from a service name (T1)."""
     valid_until: datetime | None
     """The next instant a route expires (R6): the snapshot must be built again from then on."""
-    spreads: bool = False
+    spreads: bool
     """Some set of equal options has more than one (C5, M3): new conversations take them in turn,
     in the whole batch's order, so the batch is decided in one partition."""
-    in_one_pass: bool = False
+    in_one_pass: bool
     """The batch must be decided in one partition, in batch order (B4, or the rotation of C5 and
     M3): the JVM snapshot's `inOnePass`, which the state processor reads too (it then keeps no
     choice itself, `streaming.spark.state`)."""
 
 
-def snapshot_flags(routes: Iterable[tuple[str, Route]], now: datetime) -> SnapshotFlags:
-    """`SnapshotFlags` of (instance key, route) pairs at `now`."""
+def _snapshot_flags(routes: Iterable[tuple[str, Route]], now: datetime, parsed: Any) -> SnapshotFlags:
+    """`SnapshotFlags` of (instance key, route) pairs at `now`, and of `parsed`, their JVM snapshot.
+
+    Whether a set of equal options spreads and whether the batch is decided in one pass are the
+    JVM snapshot's answers, which the state processor reads too: they are not worked out again here.
+    """
     has_bcn = has_transport = False
     valid_until: datetime | None = None
     for _, route in routes:
@@ -105,7 +109,13 @@ def snapshot_flags(routes: Iterable[tuple[str, Route]], now: datetime) -> Snapsh
             valid_until = route.expires_at
         has_bcn = has_bcn or route.service == BROKER_CONFIGURATION_SERVICE
         has_transport = has_transport or route.is_transport
-    return SnapshotFlags(has_bcn, has_transport, valid_until)
+    return SnapshotFlags(
+        has_bcn,
+        has_transport,
+        valid_until,
+        spreads=bool(parsed.spreads()),
+        in_one_pass=bool(parsed.inOnePass()),
+    )
 
 
 @dataclass(frozen=True)
@@ -220,10 +230,7 @@ def build_snapshot(
     jvm = session_jvm(spark, DECISION_NEEDS)
     parsed = jvm.router.rules.Snapshot.parse(snapshot_json(instances, active, mirrors, topics, version))
     broadcast = jvm.router.rules.Decide.broadcast(spark._jsparkSession, parsed)
-    flags = replace(
-        snapshot_flags(active, now), spreads=bool(parsed.spreads()), in_one_pass=bool(parsed.inOnePass())
-    )
-    return Snapshot(broadcast, flags, len(active), version, now)
+    return Snapshot(broadcast, _snapshot_flags(active, now, parsed), len(active), version, now)
 
 
 Counters = Mapping[str, Mapping[str, int]]

@@ -513,3 +513,25 @@ def test_a_snapshot_travels_as_its_json_and_decides_alike_where_it_is_read(spark
         )
     assert decisions[0] == decisions[1]
     assert {r["outcome"] for r in decisions[0]} >= {"send", "delayed"}
+
+
+def test_a_built_snapshot_says_how_its_batches_are_decided(spark) -> None:  # type: ignore[no-untyped-def]
+    """The flags a batch's shape follows, all from one build: B4 and C5/M3 decide a batch in one
+    pass (the JVM snapshot's own answer, which the state processor reads too), T1 names topics per
+    batch, R6's next expiry ends the snapshot, and an expired route counts for none of them."""
+    instance = Instance("i1", OWN, (Database("AW", GUIDS[0], True, ()),))
+    later = NOW + timedelta(hours=1)
+
+    def flags(*routes: Route) -> tuple[object, ...]:
+        f = build_snapshot(spark, {"i1": instance}, [("i1", r) for r in routes], now=NOW).flags
+        return (f.has_bcn, f.spreads, f.in_one_pass, f.has_transport, f.valid_until)
+
+    a = Route("AW", "A", "TCP://a:4022", service="S")
+    b = Route("AW", "B", "TCP://b:4022", service="S")
+    bcn = Route("AW", "D", "TCP://d:4022", service=BROKER_CONFIGURATION_SERVICE)
+    assert flags(a) == (False, False, False, False, None)
+    assert flags(a, b) == (False, True, True, False, None)  # C5: two equal options
+    assert flags(a, bcn) == (True, False, True, False, None)  # B4
+    assert flags(a, Route("AW", "T", "TRANSPORT")) == (False, False, False, True, None)  # T1
+    assert flags(a, replace(b, expires_at=later)) == (False, True, True, False, later)  # R6
+    assert flags(a, replace(b, expires_at=NOW), replace(bcn, expires_at=NOW)) == flags(a)
