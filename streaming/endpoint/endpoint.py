@@ -68,13 +68,14 @@ from streaming.endpoint.store import AckDue, ArrivalCounts, DialogRow, DialogSto
 from streaming.errors import ConfigError, MalformedRecord
 from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
+from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import Kafka, client_config
 from streaming.kafka.consuming import take_arrived
 from streaming.rules.model import CURRENT_DATABASE, Database, canonical_guid
 from streaming.tables.reader import read_instances
 
 log = logging.getLogger("streaming.endpoint")
-_LIBRDKAFKA_LOG = logging.getLogger("streaming.kafka.librdkafka")
+_LIBRDKAFKA_LOG = librdkafka_log()
 
 _MESSAGE_IDS = uuid.UUID("5b2f1c1e-8d0a-4f7e-9c55-0e4a7d3b6f21")
 """The namespace of message ids: a resend carries the id of the message it repeats."""

@@ -20,9 +20,10 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, OffsetSpec
 
 from streaming.errors import KafkaUnavailable, RouterError
+from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import Kafka, bootstrap_of, client_config, connection_of
 
-_LIBRDKAFKA_LOG = logging.getLogger("streaming.kafka.librdkafka")
+_LIBRDKAFKA_LOG = librdkafka_log()
 log = logging.getLogger("streaming.kafka.admin")
 
 

@@ -16,6 +16,11 @@ import time
 
 LIBRDKAFKA_LOGGER = "streaming.kafka.librdkafka"
 
+_WAITED_OUT = ("Coordinator load in progress",)
+"""Words of librdkafka's lines about a state the client waits out by itself, retrying: a broker
+started a moment ago still loads its coordinators when an idempotent producer asks it for its
+producer id. Should the state last, the client's own request fails, with an error the caller reports."""
+
 _UNREACHABLE = (
     "Connection refused",
     "brokers are down",
@@ -64,6 +69,23 @@ class OutageLog(logging.Filter):
         log.warning("Kafka reachable again after %.0f s (%d repeated client line(s) held back)", lasted, held)
 
 
+class _WaitedOut(logging.Filter):
+    """Holds back librdkafka's lines about a state it waits out by itself (`_WAITED_OUT`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not any(words in text for words in _WAITED_OUT)
+
+
+_LOG = logging.getLogger(LIBRDKAFKA_LOGGER)
+_LOG.addFilter(_WaitedOut())
+
+
+def librdkafka_log() -> logging.Logger:
+    """The logger every confluent-kafka client of the router logs through (`logger=`)."""
+    return _LOG
+
+
 _installed: OutageLog | None = None
 
 
@@ -72,5 +94,5 @@ def collapse_outages() -> OutageLog:
     global _installed
     if _installed is None:
         _installed = OutageLog()
-        logging.getLogger(LIBRDKAFKA_LOGGER).addFilter(_installed)
+        _LOG.addFilter(_installed)
     return _installed

@@ -50,6 +50,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from streaming.errors import ConfigError, KafkaUnavailable, MalformedRecord
 from streaming.kafka.admin import LEADER_RETRY_PAUSE_S, leader_moving, time_for_another_ask
+from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import ClientValue, Kafka, bootstrap_of, client_config
 from streaming.kafka.consuming import take_arrived
 from streaming.rules.model import Instance, MirrorRole, Route
@@ -58,7 +59,7 @@ from streaming.tables.records import CatalogRecords, MirrorRecords, OtherTable, 
 from streaming.tables.validate import RECORD, check_known_scope, route_subject
 
 log = logging.getLogger("streaming.tables.reader")
-_LIBRDKAFKA_LOG = logging.getLogger("streaming.kafka.librdkafka")
+_LIBRDKAFKA_LOG = librdkafka_log()
 
 DEFAULT_TIMEOUT_S = 30.0
 MISSING_VERSION = "none"

@@ -16,7 +16,6 @@ operations are applied to it, and only then is anything produced).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +24,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from streaming.errors import ConfigError, KafkaUnavailable, MalformedRecord, RouterError
 from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import catalog_to_record, encode_catalog, encode_route, route_to_record
+from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import Kafka, bootstrap_of, client_config
 from streaming.rules.model import Instance, MirrorRole, Route, normalize_address
 from streaming.tables.operations import (
@@ -38,7 +38,7 @@ from streaming.tables.reader import DEFAULT_TIMEOUT_S, TableReader, read_catalog
 from streaming.tables.records import RawRecords, RouteRecords
 from streaming.tables.validate import Source, check_known_scope, check_tcp_address, fail, route_subject
 
-_LIBRDKAFKA_LOG = logging.getLogger("streaming.kafka.librdkafka")
+_LIBRDKAFKA_LOG = librdkafka_log()
 
 Headers = Sequence[tuple[str, bytes]]
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from streaming.kafka.client_log import LIBRDKAFKA_LOGGER, OutageLog
+from streaming.kafka.client_log import LIBRDKAFKA_LOGGER, OutageLog, librdkafka_log
 
 REFUSED = "127.0.0.1:19092/bootstrap: Connect to ipv4#127.0.0.1:19092 failed: Connection refused"
 
@@ -48,3 +48,17 @@ def test_an_outage_is_one_line_and_its_repeats_are_held_back(
 def test_without_an_outage_answered_says_nothing(outage: OutageLog, caplog: pytest.LogCaptureFixture) -> None:
     outage.answered(logging.getLogger(LIBRDKAFKA_LOGGER), time.monotonic())
     assert caplog.records == []
+
+
+def test_a_state_the_client_waits_out_by_itself_is_not_shown(caplog: pytest.LogCaptureFixture) -> None:
+    """An idempotent producer's first request to a broker started a moment ago is retried by the
+    client itself; its line would be the only Kafka line of a clean `make demo`."""
+    caplog.set_level(logging.INFO)
+    log = librdkafka_log()
+    log.warning(
+        "GETPID [rdkafka#producer-5] [thrd:main]: Failed to acquire idempotence PID from broker "
+        "127.0.0.1:19092/1: Broker: Coordinator load in progress: retrying"
+    )
+    log.warning("some other client line")
+    assert [record.getMessage() for record in caplog.records] == ["some other client line"]
+    assert log.name == LIBRDKAFKA_LOGGER
