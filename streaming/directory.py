@@ -50,6 +50,7 @@ from streaming import topics
 from streaming.errors import ConfigError, KafkaUnavailable, MalformedRecord
 from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import decode_message
+from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import ClientValue, Kafka, bootstrap_of, client_config
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, MISSING_ROUTE_MESSAGE_TYPE, Instance, Route
 from streaming.tables.records import RequestRecord
@@ -232,7 +233,7 @@ class DirectoryService:
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
         }
-        consumer = Consumer(client_config(self.kafka, **settings))
+        consumer = Consumer(client_config(self.kafka, **settings), logger=librdkafka_log())
         try:
             consumer.subscribe(self.queues)
             while not stop.is_set():

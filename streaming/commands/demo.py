@@ -28,6 +28,7 @@ from streaming.errors import RouterError
 from streaming.jars import project_root
 from streaming.kafka.admin import end_offsets, topic_names
 from streaming.kafka.avro import new_message_record
+from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import ClientValue, client_config
 from streaming.kafka.embedded import DEFAULT_PORT, EmbeddedKafka
 from streaming.tables.loading import load_catalog_files, load_route_files
@@ -166,7 +167,7 @@ def _summary(bootstrap: str, prefix: str) -> str:
     )
     counts: Counter[tuple[str, str]] = Counter()
     own: dict[str, ClientValue] = {"group.id": f"demo-{uuid.uuid4()}", "enable.auto.commit": False}
-    consumer = Consumer(client_config(bootstrap, **own))
+    consumer = Consumer(client_config(bootstrap, **own), logger=librdkafka_log())
     try:
         for topic in destinations:
             ends = end_offsets(bootstrap, topic)
