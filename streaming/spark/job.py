@@ -118,6 +118,7 @@ class RouterJob:
         self._warned: set[str] = set()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._refused: int | None = None
         self._counter: Any = None
         self._outage = collapse_outages()
         if count_jobs and spark._jvm is not None:
@@ -145,6 +146,7 @@ class RouterJob:
     def start(self, bounded: bool) -> StreamingQuery:
         """Start the query: micro-batches every `trigger_seconds`, or back to back for a bounded run."""
         self._stopping.clear()
+        self._refused = None
         dropped = drop_uncommitted_batch(self.checkpoint)
         if dropped is not None:
             log.warning(
@@ -280,7 +282,20 @@ class RouterJob:
                 break
             time.sleep(0.02)
         query.stop()
+        if not abandoned and self._refused is not None:
+            self._forget_refused(self._refused)
         return abandoned
+
+    def _forget_refused(self, batch_id: int) -> None:
+        """Remove the planned offsets of the batch the stop refused, so the next start has no repair.
+
+        Spark logs a batch's offsets before it runs it, so a batch that began while the job stopped
+        and was refused (it read and wrote nothing) stays planned but uncommitted. `start` would
+        drop it all the same, with the warning meant for a batch a crash cut short; it is dropped
+        here instead, quietly, and planned again from the last committed offsets at the next start.
+        """
+        if drop_uncommitted_batch(self.checkpoint) == batch_id:
+            log.debug("batch %d, refused at the stop, is planned again at the next start", batch_id)
 
     def _raise_if_failed(self, query: StreamingQuery) -> None:
         error = query.exception()
@@ -328,6 +343,7 @@ class RouterJob:
     def process_batch(self, batch: DataFrame, batch_id: int) -> None:
         """Route one micro-batch (see the module docstring); a failure is raised as `BatchFailed`."""
         if self._stopping.is_set():
+            self._refused = batch_id
             raise BatchFailed(STOPPED)
         try:
             self._route_batch(batch, batch_id)

@@ -226,6 +226,46 @@ def test_a_restart_from_the_checkpoint_routes_only_new_records(spark, kafka_boot
     assert sorted(decode_message(v)["conversation_id"] for _, v in delivered) == ["c1", "c2", "c3"]
 
 
+def test_a_batch_refused_at_the_stop_is_planned_again_without_a_repair_warning(
+    spark, kafka_bootstrap, prefix, tmp_path, caplog
+):
+    """A batch that begins once a stop was asked for refuses to run; Spark has logged its offsets
+    by then. The stop removes them, so the next start has no uncommitted batch to repair (and no
+    warning meant for a crash to print), and it routes the refused batch's records."""
+    outbound = topics.outbound_topic("i1", prefix)
+    produce(kafka_bootstrap, outbound, [("c1", message("c1", "Audit"))])
+    settings = load_settings(
+        None,
+        instance="i1",
+        bootstrap=kafka_bootstrap,
+        topic_prefix=prefix,
+        checkpoint_dir=str(tmp_path / "i1"),
+    )
+    job = RouterJob(spark, settings)
+    query = job.start(bounded=True)
+    deadline = time.monotonic() + 240
+    while job.routed < 1 and query.isActive and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert job.routed == 1
+    job._stopping.set()  # what a stop does first: from now on a batch refuses to run
+    produce(kafka_bootstrap, outbound, [("c2", message("c2", "Audit"))])
+    while query.isActive and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not query.isActive  # the next batch was refused, which ended the query
+    assert job._stop(query, grace_s=10) is False
+    planned = sorted(int(f.name) for f in (job.checkpoint / "offsets").glob("[0-9]*"))
+    committed = sorted(int(f.name) for f in (job.checkpoint / "commits").glob("[0-9]*"))
+    assert planned == committed, (planned, committed)
+    job.close()
+
+    with caplog.at_level("WARNING", logger="streaming.job"):
+        again = replay(spark, kafka_bootstrap, prefix, tmp_path)
+    assert again.routed == 1
+    assert not [r.message for r in caplog.records if "not committed" in r.getMessage()]
+    delivered = read_all(kafka_bootstrap, topics.queue_topic("i1", "AW", "Audit", prefix))
+    assert sorted(decode_message(v)["conversation_id"] for _, v in delivered) == ["c1", "c2"]
+
+
 def test_a_finished_job_is_freed_once_its_caller_lets_go_of_it(spark, kafka_bootstrap, prefix, tmp_path):
     # py4j holds the query's callback (the job's `process_batch`) until the JVM lets go of the
     # query: a job that held its query would never be freed, with its snapshots and JVM objects.
