@@ -62,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     """Run the demo end to end and print the summary table."""
     from streaming.spark.job import RouterJob
-    from streaming.spark.progress import BatchReport
+    from streaming.spark.progress import ProgressLines
     from streaming.spark.session import build_session
 
     started = time.monotonic()
@@ -118,11 +118,11 @@ def run(args: argparse.Namespace) -> int:
         )
         job = RouterJob(spark, settings)
 
-        def show(report: BatchReport, name: str = instance) -> None:
-            print(f"demo: router {name}: {report.line()}", flush=True)
+        def say(text: str, name: str = instance) -> None:
+            print(f"demo: router {name}: {text}", flush=True)
 
         try:
-            job.replay(on_batch=show)
+            job.replay(on_batch=ProgressLines().to(say))
         except RouterError as exc:
             print(f"demo: {exc}")
             return 1

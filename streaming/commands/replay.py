@@ -40,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def replay(args: argparse.Namespace) -> int:
     """Replay once; print a line per micro-batch and what was routed."""
     from streaming.spark.job import RouterJob, run_until_drained
+    from streaming.spark.progress import ProgressLines
     from streaming.spark.session import build_session
 
     def say(text: str) -> None:
@@ -56,7 +57,7 @@ def replay(args: argparse.Namespace) -> int:
     stop_on_signals(say, stop)
     job = RouterJob(spark, settings, count_jobs=args.verbose)
     try:
-        job.replay(stop=stop, on_batch=lambda report: say(report.line()))
+        job.replay(stop=stop, on_batch=ProgressLines().to(say))
         if args.drain_delayed and not stop.is_set():
             left = run_until_drained(job, args.max_wait, progress=say, stop=stop)
             say(f"{left} delayed message(s) still waiting")

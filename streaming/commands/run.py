@@ -90,8 +90,9 @@ def stop_on_signals(say: Callable[[str], None], stop: threading.Event | None = N
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run until a signal asks to stop; print one line per micro-batch and a summary."""
+    """Run until a signal asks to stop; print a line per micro-batch (`ProgressLines`) and a summary."""
     from streaming.spark.job import RouterJob
+    from streaming.spark.progress import ProgressLines
     from streaming.spark.session import build_session
 
     def say(text: str) -> None:
@@ -111,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if stop.is_set():
         return 0
     say(f"routing instance {', '.join(settings.instances)}; Ctrl-C stops it")
-    abandoned = job.run(stop, on_batch=lambda report: say(report.line()))
+    abandoned = job.run(stop, on_batch=ProgressLines().to(say))
     if stop.is_set():
         cut = (
             "; the micro-batch in flight was cut short and runs again at the next start" if abandoned else ""

@@ -1,16 +1,16 @@
-"""What a running router tells a person: one line per micro-batch, and a summary when it stops.
+"""What a running router tells a person: a line per micro-batch, and a summary when it stops.
 
 A batch's line gives its records, how long it took and the rate, the counts by outcome (and the
 messages released from delay, the dead letters), the route snapshot it was decided against, and
 the lag: the records the input topics held beyond the batch when it was planned. The figures come
 from the batch's own observed metrics and from Spark's progress report of the query, so printing
-them costs nothing.
+them costs nothing. Batches with nothing to route get few lines (`ProgressLines`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +56,57 @@ class BatchReport:
             parts.append(f"lag {self.lag:,}")
         if self.jobs is not None:
             parts.append(f"{self.jobs} jobs/{self.stages} stages")
+        return " | ".join(parts)
+
+
+IDLE_LINE_EVERY_S = 60.0
+"""While nothing arrives, how often a line says that the router still runs (`ProgressLines`)."""
+
+
+class ProgressLines:
+    """The batch lines a person is shown: every batch that routed anything, and few idle ones.
+
+    With no traffic the tick still runs a micro-batch a second (delayed messages fall due in them),
+    and a line for each would bury the lines that matter. A batch with no record is shown only when
+    it is the run's first, when its route snapshot is not the last line's (a route change taken in
+    shows at once), or when `every_s` have passed since the last line: that line counts the idle
+    batches since. So a replay's last, empty batch is not shown, and an idle `router run` prints a
+    line a minute.
+    """
+
+    def __init__(self, every_s: float = IDLE_LINE_EVERY_S) -> None:
+        self.every_s = every_s
+        self._last: BatchReport | None = None
+        self._idle = 0
+        """Batches with no record since the last line shown."""
+
+    def to(self, say: Callable[[str], None]) -> Callable[[BatchReport], None]:
+        """A job's `on_batch`: each batch's line, when it has one, is passed to `say`."""
+
+        def show(report: BatchReport) -> None:
+            text = self.line(report)
+            if text is not None:
+                say(text)
+
+        return show
+
+    def line(self, report: BatchReport) -> str | None:
+        """The line to show for `report`, or None when it is an idle batch not worth a line."""
+        last = self._last
+        if report.metrics.records or last is None or report.snapshot != last.snapshot:
+            self._last, self._idle = report, 0
+            return report.line()
+        self._idle += 1
+        waited = report.started - last.started
+        if waited < self.every_s:
+            return None
+        idle, self._last, self._idle = self._idle, report, 0
+        parts = [
+            f"batch {report.batch_id}: nothing to route in {idle:,} batch(es) over {waited:.0f}s",
+            f"snapshot {report.snapshot}",
+        ]
+        if report.lag is not None:
+            parts.append(f"lag {report.lag:,}")
         return " | ".join(parts)
 
 
