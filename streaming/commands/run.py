@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -80,7 +81,11 @@ def stop_on_signals(say: Callable[[str], None], stop: threading.Event | None = N
         name = signal.Signals(signum).name
         if stop.is_set():
             say(f"{name} again: stopping at once; the micro-batch in flight runs again at the next start")
-            raise SystemExit(130)
+            # At once: no cleanup. An exception raised here would surface in whatever call to the
+            # JVM the main thread was in, leave py4j's connection half-read, and end in tracebacks
+            # from the stop that follows. Spark's JVM sees its input close and ends itself; the
+            # checkpoint is left as by a crash, and the next start resumes from it.
+            os._exit(130)
         stop.set()
         say(f"{name}: stopping after the micro-batch in flight (Ctrl-C again stops at once)")
 

@@ -8,6 +8,7 @@ minutes; they carry the `fault` marker (`pytest -m "not fault"` leaves them out)
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import signal
@@ -265,6 +266,35 @@ def test_sigint_and_sigterm_mid_stream_stop_cleanly_and_a_restart_loses_nothing(
     stop(router, log)
     # A stop between micro-batches repeats nothing: every message once.
     assert_every_message_accounted_for(kafka_bootstrap, prefix, traffic, max_copies=1, late_delayed=False)
+
+
+def test_a_second_ctrl_c_stops_at_once_without_a_traceback_and_a_restart_loses_nothing(
+    kafka_bootstrap: str, started: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    """Ctrl-C twice in a row: the first asks for a stop between micro-batches, the second ends the
+    process at once with exit code 130 and one line, no traceback; the restart resumes from the
+    checkpoint and loses nothing."""
+    prefix = namespace(kafka_bootstrap)
+    traffic = send_traffic(kafka_bootstrap, prefix, 20_000)
+    put_route(kafka_bootstrap, "i1", Route("AW", "Late", LATE, service="Late"), topics.routes_topic(prefix))
+    settings = settings_file(tmp_path, kafka_bootstrap, prefix, per_trigger=2_500)
+    log = tmp_path / "router.log"
+    names = list(destinations(prefix).values())
+    router = start_router(settings, log, started)
+    wait_for(lambda: written(kafka_bootstrap, names) > 0, 300, "routing", router, log)
+    os.killpg(router.pid, signal.SIGINT)
+    time.sleep(0.05)  # far less than a stop takes; sent at once, the two would count as one
+    os.killpg(router.pid, signal.SIGINT)
+    code = router.wait(60)
+    output = log.read_text(errors="replace")
+    assert code == 130, output[-3000:]
+    assert "SIGINT again: stopping at once" in output, output[-3000:]
+    assert "Traceback" not in output and "Exception" not in output, output[-3000:]
+    router = start_router(settings, log, started)
+    wait_for(lambda: accounted(kafka_bootstrap, prefix, traffic), 300, "every message", router, log)
+    stop(router, log)
+    # The batch the second Ctrl-C cut short may be written again, once.
+    assert_every_message_accounted_for(kafka_bootstrap, prefix, traffic, max_copies=2, late_delayed=False)
 
 
 def test_a_broker_stopped_and_started_mid_stream_loses_nothing(
