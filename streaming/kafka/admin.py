@@ -237,12 +237,15 @@ def leader_moving(error: KafkaException | KafkaError | None) -> bool:
     return isinstance(error, KafkaError) and (error.retriable() or error.code() in _LEADER_MOVING)
 
 
-def end_offsets(kafka: Kafka, topic: str, timeout: float = 10.0) -> dict[int, int]:
+def end_offsets(
+    kafka: Kafka, topic: str, timeout: float = 10.0, client: AdminClient | None = None
+) -> dict[int, int]:
     """Return each partition's end offset (the offset the next record will get).
 
     While a partition's leader is not ready yet (a topic created a moment ago: the broker the
     metadata names may not lead it yet and answer NOT_LEADER_FOR_PARTITION), it is asked again
-    until `timeout`.
+    until `timeout`. `client`, an `admin_client(kafka)` its caller keeps, asks in a few
+    milliseconds where a new client takes about 60 (its start and its first connection).
     """
     # One client asks for the partitions, then for their end offsets: it knows each partition's
     # leader by then. A new client for the offsets looked the leaders up again, and that lookup
@@ -251,8 +254,10 @@ def end_offsets(kafka: Kafka, topic: str, timeout: float = 10.0) -> dict[int, in
     deadline = time.monotonic() + timeout
     while True:
         left = max(deadline - time.monotonic(), 0.1)
-        client = admin_client(kafka)  # kept referenced: its futures resolve only while it lives
-        metadata = _listed(client, kafka, left).topics.get(topic)
+        # Kept referenced: its futures resolve only while it lives. (`client or ...` would not do: an
+        # AdminClient with nothing queued is false.)
+        asking = client if client is not None else admin_client(kafka)
+        metadata = _listed(asking, kafka, left).topics.get(topic)
         moving: object = None
         if metadata is None or metadata.error is not None:
             if metadata is None or not leader_moving(metadata.error) or not time_for_another_ask(deadline):
@@ -261,7 +266,7 @@ def end_offsets(kafka: Kafka, topic: str, timeout: float = 10.0) -> dict[int, in
             moving = metadata.error
         else:
             request = {TopicPartition(topic, p): OffsetSpec.latest() for p in metadata.partitions}
-            futures = client.list_offsets(request, request_timeout=left)
+            futures = asking.list_offsets(request, request_timeout=left)
             offsets: dict[int, int] = {}
             for tp, future in futures.items():
                 try:

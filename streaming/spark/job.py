@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -42,7 +43,7 @@ from pyspark.sql.streaming import StreamingQuery
 from streaming import topics
 from streaming.config import Settings
 from streaming.errors import ConfigError, RouterError, short_error
-from streaming.kafka.admin import create_destination_topics, end_offsets, ensure_topics
+from streaming.kafka.admin import admin_client, create_destination_topics, end_offsets, ensure_topics
 from streaming.kafka.client_log import collapse_outages
 from streaming.rules.model import normalize_address
 from streaming.spark.batch import BatchMetrics, BatchPlan
@@ -120,6 +121,8 @@ class RouterJob:
         self._stopping = threading.Event()
         self._refused: int | None = None
         self._counter: Any = None
+        self._admin: AdminClient | None = None
+        """The admin client a replay asks for end offsets with (`_end_offsets`), kept until `close`."""
         self._outage = collapse_outages()
         if count_jobs and spark._jvm is not None:
             self._counter = spark._jvm.router.metrics.BatchJobs.install(spark._jsc.sc())
@@ -219,7 +222,7 @@ class RouterJob:
         targets = {
             (topic, partition): offset
             for topic in (*t.outbound, *t.inbound)
-            for partition, offset in end_offsets(self.settings.kafka, topic).items()
+            for partition, offset in self._end_offsets(topic).items()
         }
         query = self.start(bounded=True)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -258,10 +261,20 @@ class RouterJob:
         asked = {topic for topic, _ in targets}
         for topic in written_back:
             if topic in asked:
-                continue  # asked once, when the inputs had been read: each ask is a new admin client
-            for partition, offset in end_offsets(self.settings.kafka, topic).items():
+                continue  # asked once, when the inputs had been read
+            for partition, offset in self._end_offsets(topic).items():
                 targets.setdefault((topic, partition), offset)
         return all(read.get(tp, 0) >= offset for tp, offset in targets.items())
+
+    def _end_offsets(self, topic: str) -> dict[int, int]:
+        """`topic`'s end offsets, asked by the job's own admin client: a few ms an ask, not about 60.
+
+        The ends a replay waits for once its inputs are read are asked while the query may start
+        its next batch: the shorter the ask, the rarer a batch run only because the tick advanced.
+        """
+        if self._admin is None:
+            self._admin = admin_client(self.settings.kafka)
+        return end_offsets(self.settings.kafka, topic, client=self._admin)
 
     def _stop(self, query: StreamingQuery, grace_s: float) -> bool:
         """Stop the query between micro-batches; return whether a batch in flight was abandoned.
@@ -329,6 +342,7 @@ class RouterJob:
         """Close the job's Kafka readers (the query is stopped by `run` and `replay`)."""
         self.snapshots.close()
         self.requests.close()
+        self._admin = None
 
     def waiting(self) -> list[int]:
         """When each delayed message in the state store was delayed (epoch ms), as of the last batch."""

@@ -412,6 +412,23 @@ def test_the_end_offsets_of_a_topic_created_a_moment_ago_wait_for_its_leader(
         assert end_offsets(kafka_bootstrap, topic) == {0: 0, 1: 0}
 
 
+def test_end_offsets_asks_with_the_client_it_is_given(
+    kafka_bootstrap: str, unique_topic: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay keeps one admin client for its asks (a new one costs about 60 ms): given one, no
+    other is made, even while nothing is queued in it (such a client is false)."""
+    topic = unique_topic("kept")
+    ensure_topics(kafka_bootstrap, [topic], partitions=2)
+    client = admin_client(kafka_bootstrap)
+    assert not client  # what `client or a new one` got wrong
+
+    def refused(_kafka: object) -> None:
+        raise AssertionError("end_offsets made an admin client of its own")
+
+    monkeypatch.setattr("streaming.kafka.admin.admin_client", refused)
+    assert end_offsets(kafka_bootstrap, topic, client=client) == {0: 0, 1: 0}
+
+
 # --- catalogs ------------------------------------------------------------------------------------
 
 
