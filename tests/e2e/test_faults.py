@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from confluent_kafka import Producer
@@ -168,6 +169,27 @@ def settings_file(folder: Path, bootstrap: str, prefix: str, per_trigger: int) -
     return path
 
 
+class Stream(NamedTuple):
+    """20,000 messages in a fresh namespace whose late service has its route, and `router run`'s
+    settings for it (2,500 messages a trigger), its log file, and the topics the messages end in."""
+
+    prefix: str
+    traffic: Traffic
+    settings: Path
+    log: Path
+    names: list[str]
+
+
+def late_routed_stream(bootstrap: str, folder: Path, garbage: int = 0) -> Stream:
+    """The `Stream` of the stop and outage tests; `garbage` records follow the messages."""
+    prefix = namespace(bootstrap)
+    traffic = send_traffic(bootstrap, prefix, 20_000, garbage=garbage)
+    put_route(bootstrap, "i1", Route("AW", "Late", LATE, service="Late"), topics.routes_topic(prefix))
+    settings = settings_file(folder, bootstrap, prefix, per_trigger=2_500)
+    names = list(destinations(prefix).values())
+    return Stream(prefix, traffic, settings, folder / "router.log", names)
+
+
 def accounted(bootstrap: str, prefix: str, traffic: Traffic) -> bool:
     """Every message has reached its final destination (cheap check: end offsets first)."""
     d = destinations(prefix)
@@ -242,12 +264,7 @@ def test_sigint_and_sigterm_mid_stream_stop_cleanly_and_a_restart_loses_nothing(
 ) -> None:
     """Issue 15: Ctrl-C and SIGTERM while 20,000 messages flow: each stop exits 0 between
     micro-batches with no traceback; restarts resume, and every message arrives exactly once."""
-    prefix = namespace(kafka_bootstrap)
-    traffic = send_traffic(kafka_bootstrap, prefix, 20_000, garbage=100)
-    put_route(kafka_bootstrap, "i1", Route("AW", "Late", LATE, service="Late"), topics.routes_topic(prefix))
-    settings = settings_file(tmp_path, kafka_bootstrap, prefix, per_trigger=2_500)
-    log = tmp_path / "router.log"
-    names = list(destinations(prefix).values())
+    prefix, traffic, settings, log, names = late_routed_stream(kafka_bootstrap, tmp_path, garbage=100)
     for sig in (signal.SIGINT, signal.SIGTERM):
         before = written(kafka_bootstrap, names)
         router = start_router(settings, log, started)
@@ -274,12 +291,7 @@ def test_a_second_ctrl_c_stops_at_once_without_a_traceback_and_a_restart_loses_n
     """Ctrl-C twice in a row: the first asks for a stop between micro-batches, the second ends the
     process at once with exit code 130 and one line, no traceback; the restart resumes from the
     checkpoint and loses nothing."""
-    prefix = namespace(kafka_bootstrap)
-    traffic = send_traffic(kafka_bootstrap, prefix, 20_000)
-    put_route(kafka_bootstrap, "i1", Route("AW", "Late", LATE, service="Late"), topics.routes_topic(prefix))
-    settings = settings_file(tmp_path, kafka_bootstrap, prefix, per_trigger=2_500)
-    log = tmp_path / "router.log"
-    names = list(destinations(prefix).values())
+    prefix, traffic, settings, log, names = late_routed_stream(kafka_bootstrap, tmp_path)
     router = start_router(settings, log, started)
     wait_for(lambda: written(kafka_bootstrap, names) > 0, 300, "routing", router, log)
     os.killpg(router.pid, signal.SIGINT)
@@ -307,12 +319,7 @@ def test_a_broker_stopped_and_started_mid_stream_loses_nothing(
         broker.start(detach=False)
         try:
             bootstrap = broker.bootstrap
-            prefix = namespace(bootstrap)
-            traffic = send_traffic(bootstrap, prefix, 20_000)
-            put_route(bootstrap, "i1", Route("AW", "Late", LATE, service="Late"), topics.routes_topic(prefix))
-            settings = settings_file(tmp_path, bootstrap, prefix, per_trigger=2_500)
-            log = tmp_path / "router.log"
-            names = list(destinations(prefix).values())
+            prefix, traffic, settings, log, names = late_routed_stream(bootstrap, tmp_path)
             router = start_router(settings, log, started)
             wait_for(lambda: written(bootstrap, names) > 0, 300, "routing", router, log)
             broker.stop()

@@ -113,7 +113,8 @@ def prefix(kafka_bootstrap: str) -> str:
     return name
 
 
-def replay(spark, kafka_bootstrap: str, prefix: str, tmp_path: Path, instance: str = "i1") -> RouterJob:  # type: ignore[no-untyped-def]
+def router_job(spark, kafka_bootstrap: str, prefix: str, tmp_path: Path, instance: str = "i1") -> RouterJob:  # type: ignore[no-untyped-def]
+    """A job routing `instance` in `prefix`, its checkpoint under `tmp_path` by the instance's name."""
     settings = load_settings(
         None,
         instance=instance,
@@ -121,7 +122,11 @@ def replay(spark, kafka_bootstrap: str, prefix: str, tmp_path: Path, instance: s
         topic_prefix=prefix,
         checkpoint_dir=str(tmp_path / instance),
     )
-    job = RouterJob(spark, settings)
+    return RouterJob(spark, settings)
+
+
+def replay(spark, kafka_bootstrap: str, prefix: str, tmp_path: Path, instance: str = "i1") -> RouterJob:  # type: ignore[no-untyped-def]
+    job = router_job(spark, kafka_bootstrap, prefix, tmp_path, instance)
     job.replay(timeout_s=300)
     return job
 
@@ -234,14 +239,7 @@ def test_a_batch_refused_at_the_stop_is_planned_again_without_a_repair_warning(
     warning meant for a crash to print), and it routes the refused batch's records."""
     outbound = topics.outbound_topic("i1", prefix)
     produce(kafka_bootstrap, outbound, [("c1", message("c1", "Audit"))])
-    settings = load_settings(
-        None,
-        instance="i1",
-        bootstrap=kafka_bootstrap,
-        topic_prefix=prefix,
-        checkpoint_dir=str(tmp_path / "i1"),
-    )
-    job = RouterJob(spark, settings)
+    job = router_job(spark, kafka_bootstrap, prefix, tmp_path)
     query = job.start(bounded=True)
     deadline = time.monotonic() + 240
     while job.routed < 1 and query.isActive and time.monotonic() < deadline:
@@ -562,14 +560,7 @@ def test_the_directory_answers_missing_routes_while_the_router_runs(spark, kafka
     )
     answers: list[Answer] = []
     service = DirectoryService(kafka_bootstrap, i1, directory, prefix=prefix, on_answer=answers.append)
-    settings = load_settings(
-        None,
-        instance="i1",
-        bootstrap=kafka_bootstrap,
-        topic_prefix=prefix,
-        checkpoint_dir=str(tmp_path / "i1"),
-    )
-    job = RouterJob(spark, settings)
+    job = router_job(spark, kafka_bootstrap, prefix, tmp_path)
     stop = threading.Event()
     failures: list[BaseException] = []
 
