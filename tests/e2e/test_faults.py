@@ -295,7 +295,11 @@ def test_a_second_ctrl_c_stops_at_once_without_a_traceback_and_a_restart_loses_n
     router = start_router(settings, log, started)
     wait_for(lambda: written(kafka_bootstrap, names) > 0, 300, "routing", router, log)
     os.killpg(router.pid, signal.SIGINT)
-    time.sleep(0.05)  # far less than a stop takes; sent at once, the two would count as one
+    # The second once the first was taken (two signals before Python's handler runs count as one);
+    # the stop that follows takes seconds (the batch in flight, the query's stop, Spark's).
+    first, deadline = "SIGINT: stopping after the micro-batch in flight", time.monotonic() + 60
+    while first not in log.read_text(errors="replace") and time.monotonic() < deadline:
+        time.sleep(0.01)
     os.killpg(router.pid, signal.SIGINT)
     code = router.wait(60)
     output = log.read_text(errors="replace")
