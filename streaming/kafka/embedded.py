@@ -2,7 +2,8 @@
 
 `EmbeddedKafka(state_dir)` runs `java -cp <.cache/jars/kafka/*> kafka.Kafka server.properties` in
 KRaft combined mode (one process is both broker and controller, node id 1, a static one-voter
-quorum). Everything lives in `state_dir`:
+quorum); a second `EmbeddedKafka(other_dir, joins=first)` runs a broker only in the first one's
+cluster, for tests that take a partition's leader away. Everything lives in `state_dir`:
 
     server.properties    written at every start (ports may change between starts)
     log4j2.properties    the broker's logging: WARN, plus its start and stop lines
@@ -50,7 +51,7 @@ from types import TracebackType
 
 from streaming.errors import KafkaUnavailable
 from streaming.jars import kafka_broker_classpath
-from streaming.kafka.admin import broker_count
+from streaming.kafka.admin import cluster_metadata
 from streaming.kafka.connection import KafkaConnection, jaas_config
 
 HOST = "127.0.0.1"
@@ -185,6 +186,10 @@ class EmbeddedKafka:
     `port=None` picks a free port at every start; the controller listener always gets a free port.
     As a context manager it starts the broker in the caller's session (Ctrl-C reaches it too) and
     stops it on exit: `with EmbeddedKafka(tmp) as kafka: use(kafka.bootstrap)`.
+
+    `joins`, another EmbeddedKafka that runs, makes this one a broker only (node `node_id`, by
+    default 2) in that one's cluster: its controller's quorum and its cluster id. Two brokers are
+    what a test needs to take a partition's leader away while the cluster still answers (PLAINTEXT).
     """
 
     def __init__(
@@ -195,7 +200,13 @@ class EmbeddedKafka:
         start_timeout: float = 60.0,
         sasl_users: Mapping[str, str] | None = None,
         tls: bool = False,
+        joins: EmbeddedKafka | None = None,
+        node_id: int | None = None,
     ) -> None:
+        self.joins = joins
+        self.node_id = node_id if node_id is not None else (NODE_ID + 1 if joins is not None else NODE_ID)
+        if joins is not None and self.node_id == joins.node_id:
+            raise ValueError(f"a broker that joins node {joins.node_id}'s cluster needs another node id")
         self.state_dir = Path(state_dir).expanduser().resolve()
         self.port = port
         self.start_timeout = start_timeout
@@ -207,6 +218,8 @@ class EmbeddedKafka:
         self.tls = tls
         self.listener = ("SASL_" if self._users else "") + ("SSL" if tls else "PLAINTEXT")
         """The client listener's security protocol."""
+        if joins is not None and (self.listener != "PLAINTEXT" or joins.listener != "PLAINTEXT"):
+            raise ValueError("a broker that joins another's cluster speaks PLAINTEXT only (no SASL, no TLS)")
 
     @property
     def ca_file(self) -> Path:
@@ -265,13 +278,33 @@ class EmbeddedKafka:
             raise KafkaUnavailable(f"expected a Kafka broker running from {self.state_dir}, none is")
         return status.bootstrap
 
+    def _written(self, name: str) -> str:
+        """A setting of the last written server.properties."""
+        for line in self.server_properties.read_text().splitlines():
+            if line.startswith(f"{name}="):
+                return line.split("=", 1)[1]
+        raise KafkaUnavailable(f"expected {name} in {self.server_properties}")
+
+    def _cluster_id(self) -> str:
+        """The cluster id its storage was formatted with."""
+        for line in (self.data_dir / "meta.properties").read_text().splitlines():
+            if line.startswith("cluster.id="):
+                return line.split("=", 1)[1]
+        raise KafkaUnavailable(f"expected a cluster.id in {self.data_dir / 'meta.properties'}")
+
     def _write_config(self, port: int, controller_port: int) -> None:
         listener = self.listener
+        if self.joins is None:
+            roles, voters = "broker,controller", f"{self.node_id}@{HOST}:{controller_port}"
+            listeners = f"{listener}://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}"
+        else:
+            roles, voters = "broker", self.joins._written("controller.quorum.voters")
+            listeners = f"{listener}://{HOST}:{port}"
         settings = {
-            "process.roles": "broker,controller",
-            "node.id": str(NODE_ID),
-            "controller.quorum.voters": f"{NODE_ID}@{HOST}:{controller_port}",
-            "listeners": f"{listener}://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
+            "process.roles": roles,
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": voters,
+            "listeners": listeners,
             "advertised.listeners": f"{listener}://{HOST}:{port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": listener,
@@ -450,7 +483,7 @@ class EmbeddedKafka:
             "--config",
             str(self.server_properties),
             "--cluster-id",
-            new_cluster_id(),
+            self.joins._cluster_id() if self.joins is not None else new_cluster_id(),
             "--ignore-formatted",
         )
         try:
@@ -529,7 +562,10 @@ class EmbeddedKafka:
                 )
             if _accepts_connections(port):
                 try:
-                    if broker_count(self._connection(bootstrap, None), timeout=2.0) > 0:
+                    # Ready once the cluster's metadata names this node: a joining broker answers
+                    # with the first one's metadata before it has registered itself.
+                    brokers = cluster_metadata(self._connection(bootstrap, None), timeout=2.0).brokers
+                    if self.node_id in brokers:
                         return
                 except KafkaUnavailable:
                     pass

@@ -2,10 +2,36 @@
 
 from __future__ import annotations
 
-from streaming.kafka.embedded import new_cluster_id
+from pathlib import Path
+
+import pytest
+
+from streaming.kafka.embedded import EmbeddedKafka, new_cluster_id
 
 
 def test_kafka_cluster_ids_never_look_like_an_option() -> None:
     """kafka-storage reads an id starting with '-' as a flag; the broker would then never start."""
     ids = [new_cluster_id() for _ in range(5000)]
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+def test_a_joining_broker_takes_the_next_node_id_and_plaintext_only(tmp_path: Path) -> None:
+    first = EmbeddedKafka(tmp_path / "one")
+    assert first.node_id == 1 and EmbeddedKafka(tmp_path / "two", joins=first).node_id == 2
+    with pytest.raises(ValueError, match="another node id"):
+        EmbeddedKafka(tmp_path / "two", joins=first, node_id=1)
+    with pytest.raises(ValueError, match="PLAINTEXT only"):
+        EmbeddedKafka(tmp_path / "two", joins=first, tls=True)
+    with pytest.raises(ValueError, match="PLAINTEXT only"):
+        EmbeddedKafka(tmp_path / "two", joins=EmbeddedKafka(tmp_path / "one", sasl_users={"u": "p"}))
+
+
+def test_a_joining_broker_is_a_broker_only_in_the_first_ones_quorum(tmp_path: Path) -> None:
+    first = EmbeddedKafka(tmp_path / "one")
+    first._write_config(9092, 9093)
+    second = EmbeddedKafka(tmp_path / "two", joins=first)
+    second._write_config(9094, 9095)
+    written = dict(line.split("=", 1) for line in second.server_properties.read_text().splitlines())
+    assert written["process.roles"] == "broker" and written["node.id"] == "2"
+    assert written["controller.quorum.voters"] == "1@127.0.0.1:9093"
+    assert written["listeners"] == "PLAINTEXT://127.0.0.1:9094"
