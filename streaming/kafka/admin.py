@@ -243,9 +243,10 @@ def end_offsets(
     """Return each partition's end offset (the offset the next record will get).
 
     While a partition's leader is not ready yet (a topic created a moment ago: the broker the
-    metadata names may not lead it yet and answer NOT_LEADER_FOR_PARTITION), it is asked again
-    until `timeout`. `client`, an `admin_client(kafka)` its caller keeps, asks in a few
-    milliseconds where a new client takes about 60 (its start and its first connection).
+    metadata names may not lead it yet and answer NOT_LEADER_FOR_PARTITION) or away (its broker
+    stopped: no leader at all), it is asked again until `timeout` (`leader_gone`). `client`, an
+    `admin_client(kafka)` its caller keeps, asks in a few milliseconds where a new client takes
+    about 60 (its start and its first connection).
     """
     # One client asks for the partitions, then for their end offsets: it knows each partition's
     # leader by then. A new client for the offsets looked the leaders up again, and that lookup
@@ -272,7 +273,7 @@ def end_offsets(
                 try:
                     offsets[tp.partition] = future.result().offset
                 except KafkaException as exc:
-                    if not leader_moving(exc) or not time_for_another_ask(deadline):
+                    if not leader_gone(exc) or not time_for_another_ask(deadline):
                         where = f"{topic}[{tp.partition}] at {bootstrap_of(kafka)}"
                         raise KafkaUnavailable(f"reading the end offset of {where}: {exc}") from exc
                     moving = exc
@@ -280,6 +281,21 @@ def end_offsets(
                 return dict(sorted(offsets.items()))
         log.debug("end offsets of %s: the leader is not ready yet (%s); asking again", topic, moving)
         time.sleep(LEADER_RETRY_PAUSE_S)
+
+
+def leader_gone(exc: KafkaException) -> bool:
+    """Whether an error of an offsets ask says a partition's leader is not there (yet).
+
+    `leader_moving`, or the client's own errors for a partition the metadata listed but whose
+    leader it does not know (its broker stopped, or it went away since the metadata named it):
+    list_offsets' "Failed to query partition leaders: No leaders found" (_NOENT) and a consumer's
+    get_watermark_offsets' "Unknown partition" (_UNKNOWN_PARTITION), both raised at once.
+    """
+    error = exc.args[0] if exc.args else None
+    return leader_moving(exc) or (isinstance(error, KafkaError) and error.code() in _NO_LEADER_KNOWN)
+
+
+_NO_LEADER_KNOWN = frozenset({KafkaError._NOENT, KafkaError._UNKNOWN_PARTITION})
 
 
 def time_for_another_ask(deadline: float) -> bool:

@@ -49,7 +49,7 @@ from typing import Generic, TypeVar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streaming.errors import ConfigError, KafkaUnavailable, MalformedRecord
-from streaming.kafka.admin import LEADER_RETRY_PAUSE_S, leader_moving, time_for_another_ask
+from streaming.kafka.admin import LEADER_RETRY_PAUSE_S, leader_gone, time_for_another_ask
 from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import ClientValue, Kafka, bootstrap_of, client_config
 from streaming.kafka.consuming import take_arrived
@@ -306,8 +306,8 @@ class TableReader(Generic[V]):
     def _end_offsets(self, positions: Mapping[int, int]) -> dict[int, int]:
         """Each assigned partition's end offset now (one request per partition).
 
-        While a partition's leader is not ready (just after the topic was created, or moving to
-        another broker), it is asked again until the reader's timeout.
+        While a partition's leader is not ready (just after the topic was created, moving to
+        another broker, or its broker stopped), it is asked again until the reader's timeout.
         """
         deadline = time.monotonic() + self.timeout
         ends = {}
@@ -319,7 +319,7 @@ class TableReader(Generic[V]):
                     )
                     break
                 except KafkaException as exc:
-                    if not leader_moving(exc) or not time_for_another_ask(deadline):
+                    if not leader_gone(exc) or not time_for_another_ask(deadline):
                         raise KafkaUnavailable(
                             f"reading the end offsets of {self.topic} at {self.bootstrap}: {exc}"
                         ) from exc
