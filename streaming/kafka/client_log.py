@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 LIBRDKAFKA_LOGGER = "streaming.kafka.librdkafka"
 
@@ -41,10 +43,14 @@ class OutageLog(logging.Filter):
         self._lock = threading.Lock()
         self._since: float | None = None
         self._held = 0
+        self._closing = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Let the first line of an outage through (reworded); hold back its repeats."""
         text = record.getMessage()
+        with self._lock:
+            if self._closing:
+                return False
         if not any(word in text for word in _UNREACHABLE):
             return True
         with self._lock:
@@ -67,6 +73,23 @@ class OutageLog(logging.Filter):
             lasted, held = time.monotonic() - self._since, self._held
             self._since, self._held = None, 0
         log.warning("Kafka reachable again after %.0f s (%d repeated client line(s) held back)", lasted, held)
+
+    @contextmanager
+    def closing(self) -> Iterator[None]:
+        """Hold back the clients' lines while they are closed, once the router has stopped.
+
+        A client hands over its log lines when it is polled or closed: one the router polls rarely
+        (a requests reader, while no route names the dynamic routing service) gives them all at its
+        close, lines about a broker that was away long before ("Disconnected", "Connection
+        refused"), which would end the router's output as if Kafka were unreachable now.
+        """
+        with self._lock:
+            self._closing += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._closing -= 1
 
 
 class _WaitedOut(logging.Filter):

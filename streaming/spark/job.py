@@ -340,8 +340,9 @@ class RouterJob:
 
     def close(self) -> None:
         """Close the job's Kafka readers (the query is stopped by `run` and `replay`)."""
-        self.snapshots.close()
-        self.requests.close()
+        with self._outage.closing():
+            self.snapshots.close()
+            self.requests.close()
         self._admin = None
 
     def waiting(self) -> list[int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -13,12 +14,14 @@ REFUSED = "127.0.0.1:19092/bootstrap: Connect to ipv4#127.0.0.1:19092 failed: Co
 
 
 @pytest.fixture
-def outage(caplog: pytest.LogCaptureFixture) -> OutageLog:
+def outage(caplog: pytest.LogCaptureFixture) -> Iterator[OutageLog]:
+    """An OutageLog on a logger of its own, for one test (each test's filter is removed after it)."""
     log = logging.getLogger(f"{LIBRDKAFKA_LOGGER}.test")
     outage = OutageLog()
     log.addFilter(outage)
     caplog.set_level(logging.INFO)
-    return outage
+    yield outage
+    log.removeFilter(outage)
 
 
 def test_an_outage_is_one_line_and_its_repeats_are_held_back(
@@ -62,3 +65,15 @@ def test_a_state_the_client_waits_out_by_itself_is_not_shown(caplog: pytest.LogC
     log.warning("some other client line")
     assert [record.getMessage() for record in caplog.records] == ["some other client line"]
     assert log.name == LIBRDKAFKA_LOGGER
+
+
+def test_lines_a_client_hands_over_at_its_close_are_held_back(
+    outage: OutageLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = logging.getLogger(f"{LIBRDKAFKA_LOGGER}.test")
+    with outage.closing():
+        log.warning(REFUSED)
+        log.warning("127.0.0.1:19092/1: Disconnected: connection closed by peer")
+    assert caplog.records == []
+    log.warning(REFUSED)  # a broker away after the close still shows
+    assert caplog.records[-1].getMessage().startswith("Kafka unreachable: ")
