@@ -157,6 +157,24 @@ def _stop_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
+def _property(path: Path, name: str) -> str | None:
+    """A setting of a properties file the broker reads or writes; None when the file or it is absent."""
+    if not path.is_file():
+        return None
+    for line in path.read_text().splitlines():
+        if line.startswith(f"{name}="):
+            return line.split("=", 1)[1]
+    return None
+
+
+def _required(path: Path, name: str) -> str:
+    """`_property`, which must be there."""
+    value = _property(path, name)
+    if value is None:
+        raise KafkaUnavailable(f"expected {name} in {path}")
+    return value
+
+
 def new_cluster_id() -> str:
     """Return a KRaft cluster id: 16 random bytes, URL-safe base64 without padding (22 characters).
 
@@ -278,27 +296,13 @@ class EmbeddedKafka:
             raise KafkaUnavailable(f"expected a Kafka broker running from {self.state_dir}, none is")
         return status.bootstrap
 
-    def _written(self, name: str) -> str:
-        """A setting of the last written server.properties."""
-        for line in self.server_properties.read_text().splitlines():
-            if line.startswith(f"{name}="):
-                return line.split("=", 1)[1]
-        raise KafkaUnavailable(f"expected {name} in {self.server_properties}")
-
-    def _cluster_id(self) -> str:
-        """The cluster id its storage was formatted with."""
-        for line in (self.data_dir / "meta.properties").read_text().splitlines():
-            if line.startswith("cluster.id="):
-                return line.split("=", 1)[1]
-        raise KafkaUnavailable(f"expected a cluster.id in {self.data_dir / 'meta.properties'}")
-
     def _write_config(self, port: int, controller_port: int) -> None:
         listener = self.listener
         if self.joins is None:
             roles, voters = "broker,controller", f"{self.node_id}@{HOST}:{controller_port}"
             listeners = f"{listener}://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}"
         else:
-            roles, voters = "broker", self.joins._written("controller.quorum.voters")
+            roles, voters = "broker", _required(self.joins.server_properties, "controller.quorum.voters")
             listeners = f"{listener}://{HOST}:{port}"
         settings = {
             "process.roles": roles,
@@ -389,12 +393,8 @@ class EmbeddedKafka:
 
     def _read_port(self) -> int | None:
         """The PLAINTEXT port of the last written server.properties."""
-        if not self.server_properties.is_file():
-            return None
-        for line in self.server_properties.read_text().splitlines():
-            if line.startswith("advertised.listeners="):
-                return int(line.rsplit(":", 1)[1])
-        return None
+        listeners = _property(self.server_properties, "advertised.listeners")
+        return int(listeners.rsplit(":", 1)[1]) if listeners is not None else None
 
     def _java_command(self, jvm_options: tuple[str, ...], main_class: str, *args: str) -> list[str]:
         classpath = os.pathsep.join(str(jar) for jar in kafka_broker_classpath())
@@ -483,7 +483,11 @@ class EmbeddedKafka:
             "--config",
             str(self.server_properties),
             "--cluster-id",
-            self.joins._cluster_id() if self.joins is not None else new_cluster_id(),
+            (
+                _required(self.joins.data_dir / "meta.properties", "cluster.id")
+                if self.joins is not None
+                else new_cluster_id()
+            ),
             "--ignore-formatted",
         )
         try:
