@@ -65,15 +65,21 @@ def topic_names(kafka: Kafka, timeout: float = 10.0) -> set[str]:
     return set(cluster_metadata(kafka, timeout).topics)
 
 
+def _kafka_error(exc: KafkaException) -> KafkaError | None:
+    """The KafkaError a confluent-kafka client raised `exc` with, or None when it holds none."""
+    error = exc.args[0] if exc.args else None
+    return error if isinstance(error, KafkaError) else None
+
+
 def _result(future: Future[None], what: str, tolerated: int) -> bool:
     """Wait for one admin future; return False when it failed with the tolerated error code."""
     try:
         future.result()
     except KafkaException as exc:
-        error = exc.args[0] if exc.args else None
-        if isinstance(error, KafkaError) and error.code() == tolerated:
+        error = _kafka_error(exc)
+        if error is not None and error.code() == tolerated:
             return False
-        if isinstance(error, KafkaError) and error.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
+        if error is not None and error.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
             raise KafkaUnavailable(f"{what}: the broker did not answer: {error.str()}") from exc
         raise RouterError(f"{what}: the broker refused: {exc}") from exc
     return True
@@ -143,15 +149,15 @@ def create_destination_topics(kafka: Kafka, names: Iterable[str], *, timeout: fl
             try:
                 future.result()
             except KafkaException as exc:
-                error = exc.args[0] if exc.args else None
-                if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                error = _kafka_error(exc)
+                if error is not None and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                     continue
                 unreachable = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
-                if isinstance(error, KafkaError) and error.code() in unreachable:
+                if error is not None and error.code() in unreachable:
                     raise KafkaUnavailable(
                         f"creating topic {name!r} at {bootstrap_of(kafka)}: {error.str()}"
                     ) from exc
-                refused[name] = error.str() if isinstance(error, KafkaError) else str(exc)
+                refused[name] = error.str() if error is not None else str(exc)
     _wait_for_leaders(kafka, [n for n in wanted if n not in refused], timeout)
     return refused
 
@@ -233,8 +239,8 @@ def leader_moving(error: KafkaException | KafkaError | None) -> bool:
     The client raises these with `retriable()` false, so they are known by their codes.
     """
     if isinstance(error, KafkaException):
-        error = error.args[0] if error.args else None
-    return isinstance(error, KafkaError) and (error.retriable() or error.code() in _LEADER_MOVING)
+        error = _kafka_error(error)
+    return error is not None and (error.retriable() or error.code() in _LEADER_MOVING)
 
 
 def end_offsets(
@@ -291,8 +297,8 @@ def leader_gone(exc: KafkaException) -> bool:
     list_offsets' "Failed to query partition leaders: No leaders found" (_NOENT) and a consumer's
     get_watermark_offsets' "Unknown partition" (_UNKNOWN_PARTITION), both raised at once.
     """
-    error = exc.args[0] if exc.args else None
-    return leader_moving(exc) or (isinstance(error, KafkaError) and error.code() in _NO_LEADER_KNOWN)
+    error = _kafka_error(exc)
+    return leader_moving(error) or (error is not None and error.code() in _NO_LEADER_KNOWN)
 
 
 _NO_LEADER_KNOWN = frozenset({KafkaError._NOENT, KafkaError._UNKNOWN_PARTITION})
