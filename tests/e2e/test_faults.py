@@ -374,29 +374,25 @@ def test_one_of_two_brokers_stopped_and_started_mid_stream_loses_nothing(
     """A cluster of two brokers; the second, which leads one of the two partitions of each input
     topic, goes away for 15 s while 20,000 messages are routed, and comes back: its partitions have
     no leader meanwhile, the first broker still answers, and the router loses nothing."""
-    with tempfile.TemporaryDirectory(prefix="router-fault-kafka-") as state:
-        first = EmbeddedKafka(Path(state) / "one")
+    with (
+        tempfile.TemporaryDirectory(prefix="router-fault-kafka-") as state,
+        EmbeddedKafka(Path(state) / "one") as first,
         # It comes back on the same port, as a broker of a cluster does.
-        second = EmbeddedKafka(Path(state) / "two", port=free_port(), joins=first)
-        first.start(detach=False)
-        try:
-            second.start(detach=False)
-            bootstrap = first.bootstrap
-            # Away from the first records written: the rest of the 20,000 are read and written while
-            # its partitions have no leader, or after it is back.
-            prefix, output = ride_out(
-                bootstrap, tmp_path, started, second.stop, lambda: second.start(detach=False)
-            )
-            outbound = cluster_metadata(bootstrap).topics[topics.outbound_topic("i1", prefix)]
-            replicas = sorted(p.replicas[0] for p in outbound.partitions.values())
-            assert replicas == [first.node_id, second.node_id], "each broker holds one input partition"
-            assert "Traceback" not in output, output[-3000:]
-            # The clients closed at the stop hand over lines about the outage they held: not shown.
-            after_the_totals = output.rsplit("messages routed", 1)[1]
-            assert "streaming.kafka.librdkafka" not in after_the_totals, output[-3000:]
-        finally:
-            second.stop()
-            first.stop()
+        EmbeddedKafka(Path(state) / "two", port=free_port(), joins=first) as second,
+    ):
+        bootstrap = first.bootstrap
+        # Away from the first records written: the rest of the 20,000 are read and written while
+        # its partitions have no leader, or after it is back.
+        prefix, output = ride_out(
+            bootstrap, tmp_path, started, second.stop, lambda: second.start(detach=False)
+        )
+        outbound = cluster_metadata(bootstrap).topics[topics.outbound_topic("i1", prefix)]
+        replicas = sorted(p.replicas[0] for p in outbound.partitions.values())
+        assert replicas == [first.node_id, second.node_id], "each broker holds one input partition"
+        assert "Traceback" not in output, output[-3000:]
+        # The clients closed at the stop hand over lines about the outage they held: not shown.
+        after_the_totals = output.rsplit("messages routed", 1)[1]
+        assert "streaming.kafka.librdkafka" not in after_the_totals, output[-3000:]
 
 
 def poison(n: int, now: datetime) -> tuple[str, bytes | None]:
