@@ -19,6 +19,7 @@ from streaming.commands.common import (
     add_kafka_arguments,
     add_prefix_argument,
     add_table_list_arguments,
+    empty_table_hint,
     format_table,
     kafka_from,
     refuse_skipped,
@@ -66,21 +67,29 @@ def run_load(args: argparse.Namespace) -> int:
 
 def run_list(args: argparse.Namespace) -> int:
     """Print each instance's endpoint settings and databases."""
-    read = read_catalog_table(kafka_from(args), catalogs_topic(args.topic_prefix))
+    kafka = kafka_from(args)
+    read = read_catalog_table(kafka, catalogs_topic(args.topic_prefix))
     if args.strict:
         refuse_skipped(read)
     instances = read.values()
+    hint = (
+        empty_table_hint(kafka, read.topic, args.topic_prefix) if not instances and not read.skipped else None
+    )
     if args.json:
         for instance in instances:
             print(json.dumps(catalog_to_record(instance)))
         if read.skipped:
             print(skipped_note(read), file=sys.stderr)
+        if hint:
+            print(hint, file=sys.stderr)
         return 0
     for instance in instances:
         print(describe(instance))
         print()
     summary = f"{read.topic} version {read.version}: {len(instances)} instance(s)"
     print(summary + (f"; {skipped_note(read)}" if read.skipped else ""))
+    if hint:
+        print(hint, file=sys.stderr)
     return 0
 
 

@@ -44,12 +44,25 @@ def config_path(args: argparse.Namespace) -> str | None:
     return getattr(args, "config", None) or os.environ.get(CONFIG_ENV) or None
 
 
-def kafka_from(args: argparse.Namespace) -> KafkaConnection:
-    """The connection every client of the command uses (streaming/kafka/connection.py).
+def kafka_settings(args: argparse.Namespace) -> KafkaConnection:
+    """The connection every client of the command uses (streaming/kafka/connection.py), not yet tried.
 
     The settings file's `bootstrap` and `kafka` section, under $ROUTER_BOOTSTRAP, under `--bootstrap`.
     """
     return load_connection(config_path(args), getattr(args, "bootstrap", None))
+
+
+def kafka_from(args: argparse.Namespace) -> KafkaConnection:
+    """`kafka_settings`, once the cluster has answered: a command's connection.
+
+    A cluster that does not answer within a few seconds is a KafkaUnavailable that names the
+    address and the fix (`streaming.kafka.admin.require_broker`).
+    """
+    from streaming.kafka.admin import require_broker
+
+    kafka = kafka_settings(args)
+    require_broker(kafka)
+    return kafka
 
 
 def topic_prefix_type(text: str) -> str:
@@ -145,6 +158,25 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         for line in (headers, *rows)
     ]
     return "\n".join(lines)
+
+
+def empty_table_hint(kafka: KafkaConnection, topic: str, prefix: str) -> str:
+    """What to say when `topic` (a table topic under `prefix`) holds nothing: the other prefixes to try.
+
+    The demo and the tests write under prefixes of their own; the cluster's topics named like this
+    one under another prefix are listed, so that the user sees which `--topic-prefix` to give.
+    """
+    from streaming.kafka.admin import topic_names
+
+    suffix = topic[len(prefix) :]
+    others = sorted(
+        name[: -len(suffix)] for name in topic_names(kafka) if name.endswith(suffix) and name != topic
+    )
+    where = f"{topic} holds nothing"
+    if not others:
+        return f"{where} (and no other prefix has one): load some first"
+    shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    return f"{where}; other prefixes hold one ({shown}): give yours with --topic-prefix"
 
 
 def skipped_note(read: TableRead[Any]) -> str:

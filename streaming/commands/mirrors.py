@@ -28,7 +28,7 @@ from streaming.commands.common import (
 from streaming.rules.model import MirrorRole
 from streaming.tables.reader import read_mirror_roles
 from streaming.tables.topic_io import publish_mirror_roles
-from streaming.tables.validate import Source, check_mirror_role
+from streaming.tables.validate import Source, check_mirror_role, check_tcp_address
 from streaming.topics import mirrors_topic
 
 
@@ -53,6 +53,7 @@ def register(subparsers: Any) -> None:
 def run_set(args: argparse.Namespace) -> int:
     """Validate the address and role, then publish the role."""
     role = check_mirror_role(args.role.strip().lower(), Source("ROLE"), f"mirror partner {args.address}")
+    check_tcp_address(args.address, Source("ADDRESS"), "mirror partner", "address")  # before connecting
     topic = mirrors_topic(args.topic_prefix)
     publish_mirror_roles(kafka_from(args), {args.address: role}, topic)
     print(f"{args.address}: {role.value} (published to {topic})")

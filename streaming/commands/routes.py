@@ -31,6 +31,7 @@ from streaming.commands.common import (
     add_kafka_arguments,
     add_prefix_argument,
     add_table_list_arguments,
+    empty_table_hint,
     format_instant,
     format_table,
     kafka_from,
@@ -129,6 +130,8 @@ def run_list(args: argparse.Namespace) -> int:
             print(json.dumps(route_json(instance, route, at)))
         if read.skipped:
             print(skipped_note(read), file=sys.stderr)
+        if not read.table and not read.skipped:
+            print(empty_table_hint(kafka, read.topic, args.topic_prefix), file=sys.stderr)
         return 0
     rows = [route_row(instance, route, at) for instance, route in listed]
     headers = ("INSTANCE", "SCOPE", "NAME", "SERVICE", "BROKER INSTANCE", "ADDRESS", "MIRROR", "EXPIRES")
@@ -137,6 +140,8 @@ def run_list(args: argparse.Namespace) -> int:
     expired = sum(1 for r in routes if not r.is_active(at))
     summary = f"{read.topic} version {read.version}: {len(routes)} route(s), {expired} expired"
     print(f"{summary} at {format_instant(at)}" + (f"; {skipped_note(read)}" if read.skipped else ""))
+    if not read.table and not read.skipped:
+        print(empty_table_hint(kafka, read.topic, args.topic_prefix), file=sys.stderr)
     return 0
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -82,6 +83,12 @@ def run(args: argparse.Namespace) -> int:
     if metadata is None:
         raise RouterError(f"expected topic {args.topic!r} at {kafka.bootstrap}, it does not exist")
     start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
+    if not args.from_beginning:
+        print(
+            f"router tail: waiting for new records on {args.topic} (--from-beginning prints those it holds)",
+            file=sys.stderr,
+            flush=True,
+        )
     reader = consumer(kafka, **{"enable.partition.eof": False})
     seen = 0
     try:

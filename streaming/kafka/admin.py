@@ -55,6 +55,32 @@ def _listed(client: AdminClient, kafka: Kafka, timeout: float) -> ClusterMetadat
         ) from exc
 
 
+REACH_TIMEOUT_S = 5.0
+"""How long a command waits for the first answer of the cluster before it says none answers."""
+
+
+def require_broker(kafka: Kafka, timeout: float = REACH_TIMEOUT_S) -> ClusterMetadata:
+    """The cluster's metadata, or KafkaUnavailable within `timeout` saying where none answered and the fix.
+
+    A command asks this first, so that a broker that is not there is reported in seconds, with the
+    address and what to do, rather than by a client's own error after its longer timeouts.
+    """
+    try:
+        return _listed(admin_client(kafka), kafka, timeout)
+    except KafkaUnavailable as exc:
+        connection = connection_of(kafka)
+        raise KafkaUnavailable(
+            f"no Kafka broker answers at {connection.bootstrap} (waited {timeout:g} s): start the embedded "
+            "one with `router kafka start` (127.0.0.1:19092), or name yours with `bootstrap:` in the "
+            "settings file (--config), --bootstrap, or $ROUTER_BOOTSTRAP"
+            + (
+                ""
+                if connection.security_protocol == "PLAINTEXT"
+                else f"; connected with {connection.describe()}"
+            )
+        ) from exc
+
+
 def broker_count(kafka: Kafka, timeout: float = 5.0) -> int:
     """Return how many brokers the cluster at `kafka` reports (KafkaUnavailable if none answers)."""
     return len(cluster_metadata(kafka, timeout).brokers)

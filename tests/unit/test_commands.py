@@ -38,18 +38,18 @@ def test_bootstrap_flag_then_environment_then_settings_file_then_default(
     monkeypatch.delenv(common.BOOTSTRAP_ENV, raising=False)
     monkeypatch.delenv(common.CONFIG_ENV, raising=False)
     assert (
-        common.kafka_from(parse(["routes", "list"])).bootstrap
+        common.kafka_settings(parse(["routes", "list"])).bootstrap
         == common.DEFAULT_BOOTSTRAP
         == "127.0.0.1:19092"
     )
     settings = tmp_path / "router.yaml"
     settings.write_text("bootstrap: file:3\n")
-    assert common.kafka_from(parse(["routes", "list", "--config", str(settings)])).bootstrap == "file:3"
+    assert common.kafka_settings(parse(["routes", "list", "--config", str(settings)])).bootstrap == "file:3"
     monkeypatch.setenv(common.CONFIG_ENV, str(settings))
-    assert common.kafka_from(parse(["routes", "list"])).bootstrap == "file:3"
+    assert common.kafka_settings(parse(["routes", "list"])).bootstrap == "file:3"
     monkeypatch.setenv(common.BOOTSTRAP_ENV, "env:1")
-    assert common.kafka_from(parse(["routes", "list"])).bootstrap == "env:1"
-    assert common.kafka_from(parse(["routes", "list", "--bootstrap", "flag:2"])).bootstrap == "flag:2"
+    assert common.kafka_settings(parse(["routes", "list"])).bootstrap == "env:1"
+    assert common.kafka_settings(parse(["routes", "list", "--bootstrap", "flag:2"])).bootstrap == "flag:2"
 
 
 def test_every_kafka_command_reads_the_security_settings_of_the_settings_file(
@@ -70,10 +70,10 @@ def test_every_kafka_command_reads_the_security_settings_of_the_settings_file(
         ["tail", "router.i1.outbound"],
     )
     for argv in commands:
-        connection = common.kafka_from(parse([*argv, "--config", str(settings)]))
+        connection = common.kafka_settings(parse([*argv, "--config", str(settings)]))
         assert connection.client_config()["sasl.password"] == "s3cret", argv
         assert connection.client_config()["security.protocol"] == "SASL_PLAINTEXT", argv
-    assert load_settings(settings).kafka == common.kafka_from(
+    assert load_settings(settings).kafka == common.kafka_settings(
         parse(["routes", "list", "--config", str(settings)])
     )
 
@@ -433,3 +433,32 @@ def test_mirrors_set_refuses_a_bad_role_or_address_before_it_connects(
     # No broker listens on port 9: the command must fail on the arguments, not on the connection.
     assert main(["mirrors", "set", address, role, "--bootstrap", "127.0.0.1:9"]) == 2
     assert expected in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["routes", "list"],
+        ["tail", "router.i1.outbound"],
+        ["send", "--instance", "i1", "--to-service", "S"],
+    ],
+)
+def test_no_broker_at_the_address_is_said_within_seconds_with_the_fix(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 42 §5: a command that talks to Kafka says at once that nothing answers, where, and what to do."""
+    import time
+
+    from streaming.cli import main
+    from streaming.kafka.embedded import free_port
+
+    monkeypatch.delenv(common.CONFIG_ENV, raising=False)
+    monkeypatch.delenv(common.BOOTSTRAP_ENV, raising=False)
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    began = time.monotonic()
+    assert main([*argv, "--bootstrap", address]) == 2
+    took = time.monotonic() - began
+    err = capsys.readouterr().err
+    assert f"no Kafka broker answers at {address} (waited 5 s)" in err, err
+    assert "router kafka start" in err and "--bootstrap" in err and "ROUTER_BOOTSTRAP" in err, err
+    assert took < 15, took
