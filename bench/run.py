@@ -44,6 +44,7 @@ from bench.chart import render_chart
 from bench.common import bench_session, kafka, new_prefix, prepare, progress, routes_for
 from bench.latency import LatencyResult, LatencyRun, measure_latency
 from bench.memory import MemoryResult, measure_memory
+from bench.metrics_cost import SCRAPE_EVERY_S, MetricsCost, measure_metrics_cost
 from bench.profile import PASS_THROUGH_STEPS, Profile, profile_router, render_profile
 from bench.python_loop import LoopResult, python_loop
 from bench.throughput import (
@@ -137,6 +138,8 @@ def main() -> None:
             if args.sustained:
                 progress(f"bench: the long run: {args.sustained:,} messages, 10 routes")
                 sustained = measure_once(spark, bootstrap, folder, 10, args.sustained, args.per_batch)
+            progress("bench: the router with metrics on and off, on the same records")
+            metrics = measure_metrics_cost(spark, bootstrap, folder, args.messages, args.per_batch)
             progress("bench: 3/8 where the router's CPU goes")
             # Warm from the throughput runs: one warm-up, for the recorder's own start.
             profile = profile_router(spark, bootstrap, folder, args.messages, args.per_batch, 1, 2)
@@ -177,6 +180,14 @@ def main() -> None:
         "throughput": [_measurement_figures(m) for m in throughput],
         "sustained": None if sustained is None else _measurement_figures(sustained),
         "profile": {"samples": dict(profile.samples), "msg_s": profile.rate},
+        "metrics_cost": {
+            "off_s": list(metrics.off_s),
+            "on_s": list(metrics.on_s),
+            "scrapes": metrics.scrapes,
+            "cost": metrics.cost,
+            "off_msg_s": metrics.rate(False),
+            "on_msg_s": metrics.rate(True),
+        },
         "python_loop_msg_s": loop.rate,
         "delayed": {
             "messages": delayed.messages,
@@ -207,7 +218,7 @@ def main() -> None:
     }
     chart_latency = {f"{r.target_rate:,.0f} msg/s": r.percentiles() for r in latency.results}
     render_chart(chart_rates, chart_latency, out / "chart.png", title=f"ssb-kafka-router, {started:%Y-%m-%d}")
-    report = render(figures, throughput, profile, loop, delayed, memory, latency, timing, sustained)
+    report = render(figures, throughput, profile, loop, delayed, memory, latency, timing, sustained, metrics)
     (out / "RESULTS.md").write_text(report, encoding="utf-8")
     print(report)
 
@@ -260,6 +271,27 @@ def _profile_section(profile: Profile) -> list[str]:
     ]
 
 
+METRICS_COST_AIM = 0.02
+"""Issue 42: serving the metrics costs the router under 2% of its time."""
+
+
+def _metrics_section(metrics: MetricsCost | None) -> list[str]:
+    if metrics is None:
+        return []
+    runs = ", ".join(f"{metrics.messages / s:,.0f}" for s in metrics.off_s)
+    runs_on = ", ".join(f"{metrics.messages / s:,.0f}" for s in metrics.on_s)
+    return [
+        "## The metrics' cost",
+        "",
+        f"The router on the same {metrics.messages:,} records, replays alternating without and with what "
+        "`--metrics-port` adds (the batches' figures, the state processor's held counts, the HTTP server, "
+        f"scraped every {SCRAPE_EVERY_S:g} s: {metrics.scrapes} scrapes): without, msg/s {runs}; with, "
+        f"{runs_on}. Median with over median without: {metrics.cost:+.1%} "
+        f"(aim: under {METRICS_COST_AIM:.0%}, {_met(metrics.cost < METRICS_COST_AIM)}).",
+        "",
+    ]
+
+
 def _met(ok: bool) -> str:
     return "met" if ok else "**not met**"
 
@@ -274,6 +306,7 @@ def render(
     latency_run: LatencyRun,
     timing: TimingRun,
     sustained: Measurement | None = None,
+    metrics: MetricsCost | None = None,
 ) -> str:
     """bench/RESULTS.md from one run's figures."""
     s = figures["settings"]
@@ -323,8 +356,7 @@ def render(
     for m in throughput:
         jobs, stages = m.router.jobs_per_batch()
         lines.append(
-            f"| {m.routes:,} | {m.ratio:.2f} | {m.router.full_batch_rate():,.0f} "
-            f"| {jobs:g} | {stages:g} |"
+            f"| {m.routes:,} | {m.ratio:.2f} | {m.router.full_batch_rate():,.0f} | {jobs:g} | {stages:g} |"
         )
     lines += [
         "",
@@ -334,6 +366,7 @@ def render(
         f"Jobs per micro-batch before: {JOBS_BEFORE}.",
         "",
         *warm_up_lines(throughput, sustained, CORES),
+        *_metrics_section(metrics),
         *_profile_section(profile),
     ]
     d = figures["delayed"]

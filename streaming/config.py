@@ -14,6 +14,10 @@ A settings file is YAML; every key is optional but `instance`:
     keep_choice_s: 3600               # how long an unpinned conversation keeps its chosen route (K2); 0 = off
     kafka: {}                         # security: streaming/kafka/connection.py (every client uses it)
     kafka_options: {}                 # extra `kafka.*` tuning options for the Spark source and sink only
+    metrics_port: 0                   # serve /metrics and /healthz on this port (0: no server)
+    metrics_host: 127.0.0.1           # where that server listens
+    health_stale_s: 30                # /healthz is 503 when no micro-batch finished for this long
+                                      # (default: 30 s, or ten triggers when that is longer)
 
 With `instances`, one streaming query (one JVM) routes several instances: each message is decided
 by its own instance's tables and catalog, and the instances' topics stay apart, so a chain of
@@ -60,6 +64,9 @@ _KNOWN = {
     "keep_choice_s",
     "kafka",
     "kafka_options",
+    "metrics_port",
+    "metrics_host",
+    "health_stale_s",
 }
 _SECRET_WORDS = ("password", "secret", "jaas", "token", "key")
 
@@ -81,6 +88,23 @@ class Settings:
     kafka_options: Mapping[str, str] = field(default_factory=dict)
     also_routes: tuple[str, ...] = ()
     """The other instances the one query routes (`instances` after the first)."""
+    metrics_port: int = 0
+    """Where `/metrics` and `/healthz` are served (`streaming.observe.server`); 0: not served."""
+    metrics_host: str = "127.0.0.1"
+    health_stale_s: float | None = None
+    """How long `/healthz` stays 200 without a finished micro-batch; None: `health_bound_s`'s default."""
+
+    @property
+    def health_bound_s(self) -> float:
+        """`health_stale_s`, or 30 s (ten triggers when that is longer).
+
+        The tick runs a micro-batch every trigger even with no traffic, and a full batch of 200,000
+        records takes a few seconds: 30 s is far from both, and short enough that a broker away or
+        a query stuck shows within half a minute.
+        """
+        if self.health_stale_s is not None:
+            return self.health_stale_s
+        return max(30.0, 10.0 * self.trigger_seconds)
 
     @property
     def instances(self) -> tuple[str, ...]:
@@ -184,12 +208,21 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
             shuffle_partitions=int(raw.get("shuffle_partitions", 2)),
             keep_choice_s=float(raw.get("keep_choice_s", 3600.0)),
             kafka_options={str(k): str(v) for k, v in (raw.get("kafka_options") or {}).items()},
+            metrics_port=int(raw.get("metrics_port") or 0),
+            metrics_host=str(raw.get("metrics_host") or "127.0.0.1"),
+            health_stale_s=float(raw["health_stale_s"]) if raw.get("health_stale_s") is not None else None,
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: a setting has the wrong type: {exc}") from exc
     check_no_connection_options(settings.kafka_options, where)
     if settings.trigger_seconds <= 0 or settings.max_offsets_per_trigger <= 0:
         raise ConfigError(f"{where}: trigger_seconds and max_offsets_per_trigger must be positive")
+    if not 0 <= settings.metrics_port < 65536:
+        raise ConfigError(
+            f"{where}: metrics_port must be 0 (no server) or a TCP port, got {settings.metrics_port}"
+        )
+    if settings.health_stale_s is not None and settings.health_stale_s <= 0:
+        raise ConfigError(f"{where}: health_stale_s must be a positive number of seconds")
     if settings.keep_choice_s < 0:
         raise ConfigError(f"{where}: keep_choice_s must be 0 (off) or a number of seconds")
     try:

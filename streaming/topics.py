@@ -3,7 +3,7 @@
 This module is the one home of topic names; `router.naming.TopicNames` (jvm/state) is its JVM twin,
 tested against it.
 
-    {prefix}.routes                          compacted: route tables (key scope/name, drop = tombstone)
+    {prefix}.routes                          compacted: route tables (key instance/scope/name, tombstone)
     {prefix}.catalogs                        compacted: instance catalogs (key instance name)
     {prefix}.mirrors                         compacted: mirror partner roles (key normalized address)
     {prefix}.{instance}.outbound             messages sent by the instance's own services
@@ -15,6 +15,9 @@ tested against it.
     {prefix}.{instance}.requests             compacted: MissingRoute requests sent and ended (B4)
     {prefix}.{instance}.dropped              dropped and discarded messages with their reason
     {prefix}.{instance}.deadletter           records that could not be decoded, with the error
+
+and one consumer group per instance, `{prefix}.{instance}.router`: the offsets its router has read
+up to (`streaming.kafka.progress_group`), for Kafka's tools to show its lag.
 
 A message sent or forwarded to the address of a known instance goes to that instance's inbound topic.
 
@@ -167,3 +170,8 @@ def dropped_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
 def deadletter_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
     """Records the instance could not decode, with the error."""
     return _topic(prefix, escape(instance), "deadletter")
+
+
+def router_group(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """The consumer group the instance's router writes its progress to (`streaming.kafka.progress_group`)."""
+    return _topic(prefix, escape(instance), "router")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from streaming.commands.run import add_job_arguments, settings_from, stop_on_signals
+from streaming.commands.run import add_job_arguments, observed_job, settings_from, stop_on_signals
 from streaming.errors import RouterError
 
 
@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def replay(args: argparse.Namespace) -> int:
     """Replay once; print a line per micro-batch and what was routed."""
-    from streaming.spark.job import RouterJob, run_until_drained
+    from streaming.spark.job import run_until_drained
     from streaming.spark.progress import ProgressLines
     from streaming.spark.session import build_session
 
@@ -55,7 +55,7 @@ def replay(args: argparse.Namespace) -> int:
         verbose=args.verbose,
     )
     stop_on_signals(say, stop)
-    job = RouterJob(spark, settings, count_jobs=args.verbose)
+    job, server = observed_job(spark, settings, say, count_jobs=args.verbose)
     try:
         job.replay(stop=stop, on_batch=ProgressLines().to(say))
         if args.drain_delayed and not stop.is_set():
@@ -65,6 +65,8 @@ def replay(args: argparse.Namespace) -> int:
         say(f"error: {exc}")
         return 1
     finally:
+        if server is not None:
+            server.stop()
         job.close()
     if stop.is_set():
         say("stopped between micro-batches before the end")

@@ -9,9 +9,16 @@ import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from streaming.config import Settings, load_settings
 from streaming.spark.job import STOP_GRACE_S
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from streaming.observe.server import MetricsServer
+    from streaming.spark.job import RouterJob
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,6 +52,19 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--spark-master", help="Spark master URL (default local[2], env ROUTER_SPARK_MASTER)")
     parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics at /metrics and the health check at /healthz on this port "
+        "(default: the settings file's metrics_port; 0 or none: no server)",
+    )
+    parser.add_argument(
+        "--metrics-host",
+        metavar="HOST",
+        help="the address the metrics server listens on (default: the settings file's metrics_host, "
+        "else 127.0.0.1: this machine only)",
+    )
+    parser.add_argument(
         "-v",
         "--verbose",
         action="store_true",
@@ -53,20 +73,28 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    """Build the job settings from the file and the flags."""
+    """Build the job settings from the file and the flags; a broker that does not answer is an error.
+
+    The broker is asked before Spark starts: a wrong address is said in seconds, with the fix.
+    """
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(name)s %(message)s"
     )
     from streaming.commands.common import config_path
+    from streaming.kafka.admin import require_broker
 
-    return load_settings(
+    settings = load_settings(
         config_path(args),
         instance=args.instance,
         bootstrap=args.bootstrap,
         topic_prefix=args.topic_prefix,
         checkpoint_dir=args.checkpoint_dir,
         spark_master=args.spark_master,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
     )
+    require_broker(settings.kafka)
+    return settings
 
 
 def stop_on_signals(say: Callable[[str], None], stop: threading.Event | None = None) -> threading.Event:
@@ -96,7 +124,6 @@ def stop_on_signals(say: Callable[[str], None], stop: threading.Event | None = N
 
 def run(args: argparse.Namespace) -> int:
     """Run until a signal asks to stop; print a line per micro-batch (`ProgressLines`) and a summary."""
-    from streaming.spark.job import RouterJob
     from streaming.spark.progress import ProgressLines
     from streaming.spark.session import build_session
 
@@ -113,17 +140,41 @@ def run(args: argparse.Namespace) -> int:
         verbose=args.verbose,
     )
     stop_on_signals(say, stop)
-    job = RouterJob(spark, settings, count_jobs=args.verbose)
-    if stop.is_set():
-        return 0
-    say(f"routing instance {', '.join(settings.instances)}; Ctrl-C stops it")
-    abandoned = job.run(stop, on_batch=ProgressLines().to(say))
-    if stop.is_set():
-        cut = (
-            "; the micro-batch in flight was cut short and runs again at the next start" if abandoned else ""
-        )
-        say(f"stopped between micro-batches{cut}")
-    say(job.totals.summary())
-    job.close()
+    job, server = observed_job(spark, settings, say, count_jobs=args.verbose)
+    try:
+        if stop.is_set():
+            return 0
+        say(f"routing instance {', '.join(settings.instances)}; Ctrl-C stops it")
+        abandoned = job.run(stop, on_batch=ProgressLines().to(say))
+        if stop.is_set():
+            cut = (
+                "; the micro-batch in flight was cut short and runs again at the next start"
+                if abandoned
+                else ""
+            )
+            say(f"stopped between micro-batches{cut}")
+        say(job.totals.summary())
+    finally:
+        if server is not None:
+            server.stop()
+        job.close()
     spark.stop()
     return 0
+
+
+def observed_job(
+    spark: SparkSession, settings: Settings, say: Callable[[str], None], *, count_jobs: bool = False
+) -> tuple[RouterJob, MetricsServer | None]:
+    """The job, with its metrics and health served when `settings.metrics_port` asks for it."""
+    from streaming.observe.server import serve
+    from streaming.spark.job import RouterJob, input_topics
+    from streaming.spark.metrics import RouterMetrics
+
+    if not settings.metrics_port:
+        return RouterJob(spark, settings, count_jobs=count_jobs), None
+    metrics = RouterMetrics(settings.instances, input_topics(settings))
+    job = RouterJob(spark, settings, count_jobs=count_jobs, metrics=metrics)
+    server = serve(metrics.registry, job.health, settings.metrics_port, settings.metrics_host)
+    if server is not None:
+        say(f"metrics at http://{server.address}/metrics, health at http://{server.address}/healthz")
+    return job, server

@@ -62,6 +62,11 @@ class OutageLog(logging.Filter):
         record.args = (text,)
         return True
 
+    def unreachable(self) -> tuple[float, int] | None:
+        """Since when (time.monotonic) Kafka is unreachable, and the lines held back; None when it is not."""
+        with self._lock:
+            return None if self._since is None else (self._since, self._held)
+
     def answered(self, log: logging.Logger, asked_at: float) -> None:
         """Kafka answered a request made at `asked_at` (time.monotonic): end an outage begun before it.
 

@@ -43,22 +43,55 @@ from streaming.spark.decision import (
     in_batch_order,
 )
 from streaming.spark.output import (
+    COUNT_KEY_SEPARATOR,
+    DEAD_LETTER,
     HOME_COLUMN,
+    RELEASED,
     Destinations,
     batch_metrics,
     output_records,
     with_destinations,
 )
 from streaming.spark.session import session_jvm
+from streaming.spark.sources import register_functions
 
 METRICS = "router_batch"
 
 log = logging.getLogger("streaming.batch")
 
 
+OUTCOMES = ("deliver", "send", "forward", "delayed", "dropped", "discarded")
+"""Every outcome of a decision, in the order the router prints them."""
+
+
+@dataclass(frozen=True)
+class Counted:
+    """What a batch's rows are counted by (`streaming.spark.output.count_key`)."""
+
+    instance: str
+    outcome: str
+    """One of `OUTCOMES`, or `DEAD_LETTER` for a record that does not decode."""
+    reason: str = ""
+    released: bool = False
+    """The message left the delay in this batch (D2)."""
+    unavailable: str = ""
+    """The destination topic that could not be written (reason `destination_unavailable`), or empty."""
+
+    @classmethod
+    def parse(cls, key: str) -> Counted:
+        """From a key `count_key` made."""
+        instance, outcome, reason, released, unavailable = key.split(COUNT_KEY_SEPARATOR)
+        return cls(instance, outcome, reason, released == RELEASED, unavailable)
+
+
 @dataclass(frozen=True)
 class BatchMetrics:
-    """What a written batch reports (`streaming.spark.output.batch_metrics`)."""
+    """What a written batch reports (`streaming.spark.output.batch_metrics`).
+
+    `counts` holds every row by instance, outcome, reason, whether it was released and where it
+    could not be written; the other figures are sums of it, or given alone by a caller that counts
+    no further (`of` makes them agree).
+    """
 
     records: int = 0
     dead_lettered: int = 0
@@ -67,6 +100,7 @@ class BatchMetrics:
     requests: frozenset[tuple[str, str, str, str]] = frozenset()
     """(instance, scope, service, request id) of each MissingRoute request the batch made (B3)."""
     unavailable: Mapping[str, str] = field(default_factory=dict)
+    counts: Mapping[Counted, int] = field(default_factory=dict)
 
     @property
     def routed(self) -> int:
@@ -75,15 +109,27 @@ class BatchMetrics:
 
     @classmethod
     def of(cls, values: Mapping[str, Any]) -> BatchMetrics:
-        """From the observed metrics' values."""
-        outcomes = ("deliver", "send", "forward", "delayed", "dropped", "discarded")
+        """From the observed metrics' values: `records`, `counts` (key TAB count lines), the sets."""
+        counts: dict[Counted, int] = {}
+        for line in str(values.get("counts") or "").splitlines():
+            key, _, count = line.rpartition("\t")
+            counts[Counted.parse(key)] = int(count)
+        outcomes = dict.fromkeys(OUTCOMES, 0)
+        dead = released = 0
+        for counted, n in counts.items():
+            if counted.outcome == DEAD_LETTER:
+                dead += n
+                continue
+            outcomes[counted.outcome] = outcomes.get(counted.outcome, 0) + n
+            released += n if counted.released else 0
         return cls(
             records=int(values.get("records") or 0),
-            dead_lettered=int(values.get("dead_lettered") or 0),
-            released=int(values.get("released") or 0),
-            outcomes={o: int(values.get(o) or 0) for o in outcomes},
+            dead_lettered=dead,
+            released=released,
+            outcomes=outcomes,
             requests=frozenset((r[0], r[1], r[2], r[3]) for r in values.get("requests") or ()),
             unavailable={r[0]: r[1] for r in values.get("unavailable") or ()},
+            counts=counts,
         )
 
 
@@ -100,6 +146,7 @@ class BatchPlan:
         ensure_topics: Callable[[list[str]], Mapping[str, str]] | None = None,
     ) -> None:
         self.spark = like.sparkSession
+        register_functions(self.spark)  # the observed metrics' aggregate (`batch_metrics`)
         self.inputs = inputs
         self.destinations = destinations
         self.kafka_options = dict(kafka_options)

@@ -42,26 +42,38 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streaming import topics
 from streaming.config import Settings
-from streaming.errors import ConfigError, RouterError, short_error
-from streaming.kafka.admin import admin_client, create_destination_topics, end_offsets, ensure_topics
+from streaming.errors import ConfigError, KafkaUnavailable, RouterError, short_error
+from streaming.kafka.admin import (
+    admin_client,
+    cluster_metadata,
+    create_destination_topics,
+    end_offsets,
+    ensure_topics,
+)
 from streaming.kafka.client_log import collapse_outages
+from streaming.kafka.progress_group import ProgressGroups
+from streaming.observe.server import Health
 from streaming.rules.model import normalize_address
 from streaming.spark.batch import BatchMetrics, BatchPlan
 from streaming.spark.checkpoint import drop_uncommitted_batch, holds_old_state, logged_batches
 from streaming.spark.decision import DecisionInputs, Snapshot
+from streaming.spark.metrics import Liveness, RouterMetrics, judge, partition_lag
 from streaming.spark.output import Destinations
 from streaming.spark.progress import BatchReport, RunTotals, lag, source_offsets
 from streaming.spark.requests import OutstandingRequests
 from streaming.spark.rotation import RotationStore
 from streaming.spark.snapshot import RouteSnapshots
 from streaming.spark.sources import Topology, input_stream, write_options
-from streaming.spark.state import read_state
+from streaming.spark.state import held_counts, held_figures, read_state
 from streaming.tables.reader import read_instances
 
 log = logging.getLogger("streaming.job")
 
 STOP_GRACE_S = 60.0
 """How long a stop waits for the micro-batch in flight to finish before it abandons it."""
+
+KAFKA_PROBE_EVERY_S = 5.0
+"""While micro-batches are late, how often `/healthz` has Kafka asked whether it answers."""
 
 STOPPED = "router stop requested: the batch was left for the next start"
 """The message of the error a batch raises, before doing anything, once a stop was asked for."""
@@ -85,6 +97,13 @@ def load_topology(settings: Settings) -> Topology:
     )
 
 
+def input_topics(settings: Settings) -> dict[str, str]:
+    """Each topic the job reads messages from (outbound, inbound, delayed), with its instance."""
+    prefix = settings.topic_prefix
+    kinds = (topics.outbound_topic, topics.inbound_topic, topics.delayed_topic)
+    return {kind(instance, prefix): instance for instance in settings.instances for kind in kinds}
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -92,7 +111,15 @@ def _now() -> datetime:
 class RouterJob:
     """The router of one instance, or of several in one query: the query and each micro-batch's work."""
 
-    def __init__(self, spark: SparkSession, settings: Settings, *, count_jobs: bool = False) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        settings: Settings,
+        *,
+        count_jobs: bool = False,
+        metrics: RouterMetrics | None = None,
+    ) -> None:
+        """`metrics`: where the job's figures go for Prometheus (`streaming.spark.metrics`), if anywhere."""
         self.spark = spark
         self.settings = settings
         self.topology = t = load_topology(settings)
@@ -124,6 +151,26 @@ class RouterJob:
         self._admin: AdminClient | None = None
         """The admin client a replay asks for end offsets with (`_end_offsets`), kept until `close`."""
         self._outage = collapse_outages()
+        self.metrics = metrics
+        self._held: Any = None
+        """The state processor's `router.metrics.HeldCounts`, while the job keeps metrics."""
+        self.liveness = Liveness(settings.instances, time.time())
+        """What `/healthz` judges the job by (`health`)."""
+        self._kafka_note: str | None = None
+        self._probed_at = float("-inf")
+        self.progress_groups = ProgressGroups(
+            kafka,
+            t.prefix,
+            {
+                i.name: [
+                    topics.outbound_topic(i.name, t.prefix),
+                    topics.inbound_topic(i.name, t.prefix),
+                    topics.delayed_topic(i.name, t.prefix),
+                    topics.choices_topic(i.name, t.prefix),
+                ]
+                for i in t.instances
+            },
+        )
         if count_jobs and spark._jvm is not None:
             self._counter = spark._jvm.router.metrics.BatchJobs.install(spark._jsc.sc())
 
@@ -165,6 +212,10 @@ class RouterJob:
                 "the kept choices the choices topic holds"
             )
         self.rotation = RotationStore.load(self.checkpoint)
+        self._live(state="starting", error=None, batch_since=None)
+        if self.metrics is not None and self._held is None:
+            self._held = held_counts(self.spark)
+            self._count_held_from(logged_batches(self.checkpoint / "commits"))
         # A batch runs only when a source has new records (the tick's, at least). Otherwise the
         # state processor's timers would make Spark add a batch without data after each one.
         self.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
@@ -175,7 +226,7 @@ class RouterJob:
         # objects they hold after `close()` (measured: 70 MiB of heap more per job that one
         # process ran, with 100,000 routes).
         return (
-            input_stream(self.spark, self.settings, self.topology, self._inputs)
+            input_stream(self.spark, self.settings, self.topology, self._inputs, self._held)
             .writeStream.foreachBatch(self.process_batch)
             .option("checkpointLocation", str(self.checkpoint))
             .queryName(f"router-{self.topology.name}")
@@ -200,8 +251,10 @@ class RouterJob:
                 stop.wait(0.2)
                 self._report(query, on_batch)
         finally:
+            self._live(state="stopping")
             abandoned = self._stop(query, grace_s)
             self._report(query, on_batch)
+            self._live(state="stopped")
         self._raise_if_failed(query)
         return abandoned
 
@@ -241,8 +294,10 @@ class RouterJob:
                     break
                 time.sleep(0.05)
         finally:
+            self._live(state="stopping")
             self._stop(query, STOP_GRACE_S)
             self._report(query, on_batch)
+            self._live(state="stopped")
         self._raise_if_failed(query)
         if not finished:
             raise RouterError(f"the {t.name} replay did not finish within {timeout_s} s")
@@ -313,7 +368,69 @@ class RouterJob:
     def _raise_if_failed(self, query: StreamingQuery) -> None:
         error = query.exception()
         if error is not None and STOPPED not in str(error):
+            self._live(state="failed", error=short_error(error))
             raise RouterError(f"the {self.topology.name} router failed: {short_error(error)}")
+
+    # --- what the job says of itself: health, metrics, progress ---------------------------------
+
+    def _live(self, **changes: Any) -> None:
+        with self._lock:
+            self.liveness = replace(self.liveness, **changes)
+
+    def health(self) -> Health:
+        """What `/healthz` answers now (`streaming.spark.metrics.judge`).
+
+        While the micro-batches are late (half the bound without one), Kafka is asked whether it
+        answers, in the background, at most every `KAFKA_PROBE_EVERY_S`, so that the reason names
+        the broker when it is away; the answer never waits for the ask.
+        """
+        now = time.time()
+        with self._lock:
+            live = self.liveness
+        late = live.last_batch_at is not None and now - live.last_batch_at > self.settings.health_bound_s / 2
+        if late:
+            self._probe_kafka()
+        elif self._kafka_note is not None:
+            self._kafka_note = None
+        return judge(live, now, self.settings.health_bound_s, self._kafka_note if late else None)
+
+    def _probe_kafka(self) -> None:
+        """Ask, in a thread, whether the cluster answers; its answer is `_kafka_note` (None: it does)."""
+        with self._lock:
+            if time.monotonic() - self._probed_at < KAFKA_PROBE_EVERY_S:
+                return
+            self._probed_at = time.monotonic()
+
+        def probe() -> None:
+            try:
+                cluster_metadata(self.settings.kafka, timeout=KAFKA_PROBE_EVERY_S / 2)
+                self._kafka_note = None
+            except KafkaUnavailable:
+                self._kafka_note = f"Kafka does not answer at {self.settings.kafka.bootstrap}"
+
+        threading.Thread(target=probe, name="router-kafka-probe", daemon=True).start()
+
+    def _count_held_from(self, committed: list[int]) -> None:
+        """Add what the state held delayed when the job started to the metrics, read in the background.
+
+        The figures of the last committed batch are read from the state store while the query
+        runs; the batches after it add their changes meanwhile, and the sum is the same in any order.
+        """
+        assert self.metrics is not None
+        held = self.metrics.held
+        if not committed:
+            held.ready()  # a new checkpoint holds nothing
+            return
+        last = max(committed)
+
+        def read() -> None:
+            try:
+                held.add(held_figures(self.spark, self.checkpoint, last))
+                held.ready()
+            except Exception as error:  # the metrics stay absent; the routing goes on
+                log.warning("could not read the delayed messages the state holds: %s", short_error(error))
+
+        threading.Thread(target=read, name="router-held-figures", daemon=True).start()
 
     def _report(self, query: StreamingQuery, on_batch: Callable[[BatchReport], None] | None) -> None:
         """Hand on each batch's report once Spark's progress report of it (the lag) is there."""
@@ -334,6 +451,10 @@ class RouterJob:
             report = replace(report, lag=lag(progress, {*t.outbound, *t.inbound}), jobs=jobs, stages=stages)
             # The batch was written: Kafka answered what it asked since it began.
             self._outage.answered(log, report.started)
+            self._live(lag=report.lag)
+            self.progress_groups.write(batch_id, report.decided_ms, source_offsets(progress))
+            if self.metrics is not None:
+                self.metrics.input_lag(partition_lag(progress, [*t.outbound, *t.inbound, *t.delayed]))
             if on_batch is not None:
                 on_batch(report)
             log.info("%s", report.line())
@@ -343,6 +464,7 @@ class RouterJob:
         with self._outage.closing():
             self.snapshots.close()
             self.requests.close()
+        self.progress_groups.close()
         self._admin = None
 
     def waiting(self) -> list[int]:
@@ -372,6 +494,7 @@ class RouterJob:
     def _route_batch(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         now = _now()
+        self._live(batch_since=now.timestamp())
         snapshot = self.snapshots.at(now)
         now_ms = int(now.timestamp() * 1000)
         if snapshot is not self._answered_at:
@@ -400,10 +523,24 @@ class RouterJob:
         )
         self.requests.asked(metrics.requests, now_ms)
         self._warn_unavailable(metrics)
+        seconds, finished = time.monotonic() - started, time.time()
         self.totals.add(metrics)
-        report = BatchReport(batch_id, metrics, time.monotonic() - started, snapshot.version, started=started)
+        if self.metrics is not None:
+            self.metrics.batch(metrics, seconds, finished)
+            self.metrics.snapshot(snapshot.version, self.snapshots.active, self.snapshots.taken_at)
+            if self._held is not None:
+                self.metrics.held.add(self._held.take())
+        report = BatchReport(batch_id, metrics, seconds, snapshot.version, started=started, decided_ms=now_ms)
         with self._lock:
             self._reports[batch_id] = report
+            self.liveness = replace(
+                self.liveness,
+                state="running" if self.liveness.state == "starting" else self.liveness.state,
+                last_batch=batch_id,
+                last_batch_at=finished,
+                last_records=metrics.records,
+                batch_since=None,
+            )
 
     def _plan_for(self, snapshot: Snapshot, batch: DataFrame) -> BatchPlan:
         """The batch plan, built again only when its shape or the unavailable destinations changed."""

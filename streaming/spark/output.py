@@ -265,18 +265,50 @@ def _request_value() -> Column:
     )
 
 
-def batch_metrics(decided: DataFrame) -> list[Column]:
-    """What the driver learns from a batch as it is written (Spark's observed metrics, no pass of its own)."""
+COUNT_KEY_SEPARATOR = "\u0001"
+"""Between the parts of a counted row's key (`count_key`)."""
+DEAD_LETTER = "deadletter"
+"""The outcome part of a counted dead letter's key (`count_key`)."""
+RELEASED = "released"
+"""The released part of the key of a counted message that left the delay in the batch (D2)."""
+
+
+def count_key() -> Column:
+    """What a written row is counted by: instance, outcome, reason, released, unavailable destination.
+
+    The parts, joined by `COUNT_KEY_SEPARATOR`: the instance whose topic the row came from; its
+    outcome (`DEAD_LETTER` for a record that does not decode); its reason, or empty; `RELEASED`
+    when it left the delay in this batch (D2), else empty; the destination topic that could not be
+    written, when its reason is `destination_unavailable`, else empty. `router_key_counts`
+    (`router.metrics.KeyCounts`) counts the batch's rows by it: `streaming.spark.batch.BatchMetrics`.
+    """
     good = F.col("error").isNull()
-    outcome = F.col("outcome")
+    empty = F.lit("")
+    return F.concat_ws(
+        COUNT_KEY_SEPARATOR,
+        F.coalesce(F.col(HOME_COLUMN), empty),
+        F.when(good, F.coalesce(F.col("outcome"), empty)).otherwise(F.lit(DEAD_LETTER)),
+        F.when(good, F.coalesce(F.col("reason"), empty)).otherwise(empty),
+        F.when(good & (F.col("source") == SOURCE_DELAYED), F.lit(RELEASED)).otherwise(empty),
+        F.coalesce(F.when(F.col("_unavailable").isNotNull(), F.col("_dest")), empty),
+    )
+
+
+KEY_COUNTS = "router_key_counts"
+"""The SQL aggregate that counts rows by a key (`router.metrics.KeyCounts`), registered by
+`streaming.spark.sources.register_functions`."""
+
+
+def batch_metrics(decided: DataFrame) -> list[Column]:
+    """What the driver learns from a batch as it is written (Spark's observed metrics, no pass of its own).
+
+    The rows are counted by `count_key` in one aggregate (a hash lookup per row), which tells the
+    counts by instance, outcome and reason, the dead letters and the released messages at once.
+    """
+    good = F.col("error").isNull()
     return [
         F.count(F.lit(1)).alias("records"),
-        F.count_if(~good).alias("dead_lettered"),
-        F.count_if(good & (F.col("source") == SOURCE_DELAYED)).alias("released"),
-        *[
-            F.count_if(good & (outcome == o)).alias(o)
-            for o in ("deliver", "send", "forward", "delayed", "dropped", "discarded")
-        ],
+        F.call_function(KEY_COUNTS, count_key()).alias("counts"),
         F.collect_set(
             F.when(
                 good & F.col("requests").isNotNull(),

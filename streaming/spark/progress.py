@@ -14,9 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streaming.spark.batch import BatchMetrics
-
-OUTCOMES = ("deliver", "send", "forward", "delayed", "dropped", "discarded")
+from streaming.spark.batch import OUTCOMES, BatchMetrics
 
 
 @dataclass(frozen=True)
@@ -33,6 +31,8 @@ class BatchReport:
     stages: int | None = None
     started: float = 0.0
     """When the batch began (time.monotonic)."""
+    decided_ms: int = 0
+    """The batch's time, its messages' `decided_at` (epoch ms)."""
 
     def line(self) -> str:
         """The batch's progress line."""

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -114,6 +116,10 @@ class RouteSnapshots:
             dropped={i.name: topics.dropped_topic(i.name, t.prefix) for i in t.instances},
         )
         self.current: Snapshot | None = None
+        self.taken_at = 0.0
+        """When the current snapshot was built (Unix time)."""
+        self.active: dict[str, int] = {}
+        """The current snapshot's active routes, by instance."""
         self.unavailable: dict[str, str] = {}
         """Destination topics the broker refused, with its error."""
         self._created: set[str] = set()
@@ -148,6 +154,8 @@ class RouteSnapshots:
             reachable = reachable_topics(self.topology, pairs)
         self.ensure_reachable(reachable)
         self.current, self._stale = snapshot, False
+        self.taken_at = time.time()
+        self.active = dict(Counter(name for name, _ in pairs))
         log.info("route snapshot %s: %d active routes", version, len(pairs))
         return snapshot
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -146,19 +147,61 @@ def as_choices(records: DataFrame, messages: DataFrame) -> DataFrame:
 
 
 def apply_state(
-    rows: DataFrame, keep_s: float, retry_s: float, inputs: DecisionInputs | None = None
+    rows: DataFrame,
+    keep_s: float,
+    retry_s: float,
+    inputs: DecisionInputs | None = None,
+    held: Any = None,
 ) -> DataFrame:
     """Run the JVM processor over the rows of `as_*`; see the module docstring for what leaves it.
 
     With `inputs` (what the job's batches are decided with), the processor keeps the choices its
-    messages make at once, when the batch is not decided in one pass.
+    messages make at once, when the batch is not decided in one pass. With `held`, a
+    `router.metrics.HeldCounts` (`held_counts`), it adds how the delayed messages it holds change.
     """
     spark = rows.sparkSession
     jvm = session_jvm(spark, "the state processor needs")
     keep_ms, retry_ms = int(keep_s * 1000), int(retry_s * 1000)
     jinputs = inputs.jvm_inputs if inputs is not None else None
-    out = jvm.router.state.RouterState.apply(rows._jdf, keep_ms, retry_ms, jinputs)
+    out = jvm.router.state.RouterState.apply(rows._jdf, keep_ms, retry_ms, jinputs, held)
     return DataFrame(out, spark)
+
+
+def held_counts(spark: SparkSession) -> Any:
+    """A new `router.metrics.HeldCounts`: what the processor adds its held messages' changes to."""
+    return session_jvm(spark, "the router's metrics need").router.metrics.HeldCounts.register(spark._jsc.sc())
+
+
+def held_figures(spark: SparkSession, checkpoint: Path, batch_id: int) -> list[str]:
+    """What the state held delayed after batch `batch_id`, in `router.metrics.HeldCounts`' form.
+
+    Per instance (the state key's first part): the messages held (`m`), the conversation endpoints
+    holding any (`c`), and the messages by the second they were delayed in (`s`).
+    """
+    state = (
+        spark.read.format("statestore")
+        .option(
+            "stateVarName",
+            str(session_jvm(spark, "reading the state store needs").router.state.RouterState.STATE),
+        )
+        .option("batchId", batch_id)
+        .load(str(checkpoint))
+    )
+    held = state.select(
+        F.split(F.col("key.value"), "\u0000").getItem(0).alias("instance"),
+        F.col("value.waiting.delayed_ms").alias("at"),
+    ).where(F.size("at") > 0)
+    out: list[str] = []
+    for row in (
+        held.groupBy("instance").agg(F.sum(F.size("at")).alias("m"), F.count(F.lit(1)).alias("c")).collect()
+    ):
+        out += [f"{row['instance']}\u0000m\u0000{row['m']}", f"{row['instance']}\u0000c\u0000{row['c']}"]
+    seconds = held.select("instance", F.explode("at").alias("at")).groupBy(
+        "instance", F.floor(F.col("at") / 1000).alias("second")
+    )
+    for row in seconds.count().collect():
+        out.append(f"{row['instance']}\u0000s\u0000{row['second']}\u0000{row['count']}")
+    return out
 
 
 def read_state(spark: SparkSession, checkpoint: Path) -> DataFrame:

@@ -441,6 +441,7 @@ def test_mirrors_set_refuses_a_bad_role_or_address_before_it_connects(
         ["routes", "list"],
         ["tail", "router.i1.outbound"],
         ["send", "--instance", "i1", "--to-service", "S"],
+        ["run", "--instance", "i1"],
     ],
 )
 def test_no_broker_at_the_address_is_said_within_seconds_with_the_fix(

@@ -22,6 +22,7 @@ import org.apache.spark.sql.streaming.ValueState;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
+import router.metrics.HeldCounts;
 import router.rules.DecisionInputs;
 import router.rules.PassState;
 import scala.jdk.javaapi.CollectionConverters;
@@ -164,6 +165,15 @@ public final class RouterState {
    * {@code inputs}, what the batch is decided with, allows it ({@link PassState#forProcessor}).
    */
   public static Dataset<Row> apply(Dataset<Row> rows, long keepMs, long retryMs, DecisionInputs inputs) {
+    return apply(rows, keepMs, retryMs, inputs, null);
+  }
+
+  /**
+   * Run the processor as {@link #apply(Dataset, long, long, DecisionInputs)} does, adding how the
+   * delayed messages it holds change to {@code held} (for the router's metrics), when it is given.
+   */
+  public static Dataset<Row> apply(
+      Dataset<Row> rows, long keepMs, long retryMs, DecisionInputs inputs, HeldCounts held) {
     StructType input = rows.schema();
     StructType output = outputSchema(input);
     // Grouped by the key column itself, not by a function of each row: a function would have every
@@ -176,7 +186,7 @@ public final class RouterState {
     return rows.groupBy(key)
         .as(Encoders.STRING(), Encoders.row(input))
         .transformWithState(
-            new Step(input, output, keepMs, retryMs, inputs),
+            new Step(input, output, keepMs, retryMs, inputs, held),
             TimeMode.ProcessingTime(),
             OutputMode.Append(),
             Encoders.row(output));
@@ -205,12 +215,16 @@ public final class RouterState {
     private final DecisionInputs inputs;
     /** Where the columns the rules read are in a leaving message, or null when it lacks one. */
     private final PassState.Leaving rules;
+    /** Where the changes of the delayed messages held go (the router's metrics), or null. */
+    private final HeldCounts held;
     private transient ValueState<Row> state;
     /** The task's pass over its leaving messages (K2 kept at once), once looked for; null: none. */
     private transient PassState pass;
     private transient boolean passLooked;
 
-    Step(StructType input, StructType output, long keepMs, long retryMs, DecisionInputs inputs) {
+    Step(
+        StructType input, StructType output, long keepMs, long retryMs, DecisionInputs inputs, HeldCounts held) {
+      this.held = held;
       this.keepMs = keepMs;
       this.retryMs = retryMs;
       this.inputs = inputs;
@@ -244,7 +258,7 @@ public final class RouterState {
     @Override
     public scala.collection.Iterator<Row> handleInputRows(
         String key, scala.collection.Iterator<Row> rows, TimerValues timers) {
-      return step(CollectionConverters.asJava(rows), timers.getCurrentProcessingTimeInMs(), NO_TIMER);
+      return step(key, CollectionConverters.asJava(rows), timers.getCurrentProcessingTimeInMs(), NO_TIMER);
     }
 
     /** A key's timer fell due: its memory steps with no new rows (Spark deletes the timer after). */
@@ -252,10 +266,10 @@ public final class RouterState {
     public scala.collection.Iterator<Row> handleExpiredTimer(
         String key, TimerValues timers, ExpiredTimerInfo expired) {
       return step(
-          Collections.emptyIterator(), timers.getCurrentProcessingTimeInMs(), expired.getExpiryTimeInMs());
+          key, Collections.emptyIterator(), timers.getCurrentProcessingTimeInMs(), expired.getExpiryTimeInMs());
     }
 
-    private scala.collection.Iterator<Row> step(Iterator<Row> rows, long now, long fired) {
+    private scala.collection.Iterator<Row> step(String key, Iterator<Row> rows, long now, long fired) {
       long due = now + DUE_MARGIN_MS; // what falls due by then leaves in this batch
       Row saved = state.get(); // null when the key has no memory: one lookup, not exists() then get()
       ConversationMemory<Object[]> memory = restore(saved);
@@ -299,8 +313,34 @@ public final class RouterState {
       // The memory's next change (with what the pass kept), less the margin by which a batch may
       // release early; later than now.
       long at = now + Math.max(1L, memory.nextAt(keepMs, retryMs) - due);
+      if (held != null && memory.changed()) {
+        held.add(new HeldCounts.Change(HeldCounts.instanceOf(key), heldSince(saved), heldSince(memory)));
+      }
       save(memory, saved != null, at, timer == fired ? NO_TIMER : timer);
       return CollectionConverters.asScala(out.iterator());
+    }
+
+    /** When each message the saved state holds was delayed (D1). */
+    private static long[] heldSince(Row saved) {
+      if (saved == null) {
+        return new long[0];
+      }
+      List<Object> waiting = saved.getList(1);
+      long[] out = new long[waiting.size()];
+      for (int i = 0; i < out.length; i++) {
+        out[i] = ((Row) waiting.get(i)).getLong(1);
+      }
+      return out;
+    }
+
+    /** When each message the memory holds was delayed (D1). */
+    private static long[] heldSince(ConversationMemory<Object[]> memory) {
+      List<ConversationMemory.Held<Object[]>> waiting = memory.held();
+      long[] out = new long[waiting.size()];
+      for (int i = 0; i < out.length; i++) {
+        out[i] = waiting.get(i).delayedAt;
+      }
+      return out;
     }
 
     private PassState pass() {

@@ -1,0 +1,143 @@
+"""What serving the router's metrics costs: the router with metrics on and off, on the same records.
+
+usage: python -m bench.metrics_cost [--messages N] [--per-batch N] [--pairs N] [--bootstrap HOST:PORT]
+
+One namespace holds the records (`bench.common.prepare`, 10 routes, a share of the conversations
+delayed so that the state processor's held figures change); each run is a `RouterJob.replay` of all
+of them with a new checkpoint. Runs alternate, off then on, `--pairs` times, in one warm JVM:
+"on" is what `router run --metrics-port` adds (`streaming.spark.metrics.RouterMetrics` fed by every
+batch, the state processor's `HeldCounts`, the HTTP server) with a scraper asking `/metrics` and
+`/healthz` every `SCRAPE_EVERY_S`, far more often than Prometheus would. The cost is the median
+"on" time over the median "off" time, less one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from bench.common import new_prefix, prepare, progress, spark_bench
+from bench.throughput import router_settings
+from streaming.kafka.embedded import free_port
+from streaming.observe.server import serve
+from streaming.spark.job import RouterJob, input_topics
+from streaming.spark.metrics import RouterMetrics
+
+SCRAPE_EVERY_S = 0.5
+"""How often the "on" runs are scraped (Prometheus' default is every 15 s)."""
+
+
+@dataclass(frozen=True)
+class MetricsCost:
+    messages: int
+    off_s: tuple[float, ...]
+    on_s: tuple[float, ...]
+    scrapes: int
+    """Scrapes answered during the "on" runs."""
+
+    @property
+    def cost(self) -> float:
+        """Median time with metrics over median time without, less one (0.01 = 1% slower)."""
+        return statistics.median(self.on_s) / statistics.median(self.off_s) - 1.0
+
+    def rate(self, on: bool) -> float:
+        """Messages per second of the median run."""
+        return self.messages / statistics.median(self.on_s if on else self.off_s)
+
+
+def _replay(
+    spark: SparkSession, bootstrap: str, prefix: str, checkpoint: Path, per_batch: int, on: bool
+) -> tuple[float, int]:
+    """One replay of the namespace; its seconds and, when `on`, the scrapes it answered."""
+    settings = router_settings(bootstrap, prefix, checkpoint, per_batch)
+    if not on:
+        job = RouterJob(spark, settings)
+        started = time.monotonic()
+        job.replay()
+        seconds = time.monotonic() - started
+        job.close()
+        return seconds, 0
+    metrics = RouterMetrics(settings.instances, input_topics(settings))
+    job = RouterJob(spark, settings, metrics=metrics)
+    server = serve(metrics.registry, job.health, free_port())
+    assert server is not None
+    done = threading.Event()
+    scrapes = 0
+
+    def scrape() -> None:
+        nonlocal scrapes
+        while not done.wait(SCRAPE_EVERY_S):
+            for path in ("/metrics", "/healthz"):
+                try:
+                    with urllib.request.urlopen(f"http://{server.address}{path}", timeout=5) as answer:
+                        answer.read()
+                except OSError:  # 503 while starting counts too: it was answered
+                    pass
+            scrapes += 1
+
+    scraper = threading.Thread(target=scrape, daemon=True)
+    scraper.start()
+    started = time.monotonic()
+    try:
+        job.replay()
+        seconds = time.monotonic() - started
+    finally:
+        done.set()
+        scraper.join()
+        server.stop()
+        job.close()
+    return seconds, scrapes
+
+
+def measure_metrics_cost(
+    spark: SparkSession, bootstrap: str, folder: Path, messages: int, per_batch: int, pairs: int = 3
+) -> MetricsCost:
+    """Alternate replays without and with metrics on the same records (see the module docstring)."""
+    prefix = new_prefix()
+    prepare(bootstrap, prefix, 10, messages, late=0.05)
+    off: list[float] = []
+    on: list[float] = []
+    scrapes = 0
+    for n in range(pairs):
+        for with_metrics in (False, True):
+            checkpoint = folder / f"{prefix}-{n}-{'on' if with_metrics else 'off'}"
+            seconds, answered = _replay(spark, bootstrap, prefix, checkpoint, per_batch, with_metrics)
+            (on if with_metrics else off).append(seconds)
+            scrapes += answered
+            progress(
+                f"bench: metrics {'on' if with_metrics else 'off'}, pair {n + 1} of {pairs}: "
+                f"{messages / seconds:,.0f} msg/s"
+            )
+    return MetricsCost(messages, tuple(off), tuple(on), scrapes)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--messages", type=int, default=300_000)
+    parser.add_argument("--per-batch", type=int, default=100_000)
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--bootstrap", default=None, help="an existing broker (default: an embedded one)")
+    args = parser.parse_args()
+    with spark_bench(args.bootstrap, "router-bench-metrics") as (spark, bootstrap, folder):
+        # One unmeasured replay first: the first queries of a JVM run much slower (class loading, JIT).
+        warm = new_prefix()
+        prepare(bootstrap, warm, 10, args.messages, late=0.05)
+        _replay(spark, bootstrap, warm, folder / "warm", args.per_batch, on=True)
+        result = measure_metrics_cost(spark, bootstrap, folder, args.messages, args.per_batch, args.pairs)
+    print(
+        f"metrics off: {result.rate(False):,.0f} msg/s (median of {len(result.off_s)}), "
+        f"on: {result.rate(True):,.0f} msg/s, {result.scrapes} scrapes; cost {result.cost:+.1%}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,6 @@
+"""How the router is seen from outside: what its processes serve and what its commands read.
+
+`server`: `/metrics` (Prometheus) and `/healthz`, served the same way by every long-running process
+(the job, the routing services, an endpoint); `status`: `router status`, each instance's router as
+Kafka shows it; `explain`: `router explain`, one message's path through the instances.
+"""
