@@ -16,6 +16,7 @@ COMMANDS = (
     "mirrors",
     "send",
     "tail",
+    "status",
     "run",
     "replay",
     "resolve",

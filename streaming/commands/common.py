@@ -16,6 +16,7 @@ from typing import Any
 
 from streaming.config import BOOTSTRAP_ENV, CONFIG_ENV, DEFAULT_BOOTSTRAP, load_connection
 from streaming.errors import ConfigError, RouterError
+from streaming.instants import format_instant, parse_instant
 from streaming.kafka.connection import KafkaConnection
 from streaming.tables.reader import TableRead
 from streaming.topics import DEFAULT_PREFIX, MAX_PREFIX, check_prefix
@@ -109,27 +110,10 @@ def utc_now() -> datetime:
 
 def parse_instant_arg(text: str, flag: str) -> datetime:
     """Return the UTC instant of an ISO-8601 command-line value (`Z` or an offset; naive = UTC)."""
-    value = text.strip()
-    if value.endswith(("Z", "z")):
-        value = value[:-1] + "+00:00"
-    try:
-        instant = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise ConfigError(f"{flag}: expected an instant like 2026-01-01T00:00:00Z, got {text!r}") from exc
-    if instant.tzinfo is None:
-        return instant.replace(tzinfo=timezone.utc)
-    return instant.astimezone(timezone.utc)
-
-
-def format_instant(value: datetime | None) -> str | None:
-    """Return `value` as `2026-01-01T00:00:00Z` (milliseconds when it has them), or None."""
-    if value is None:
-        return None
-    utc = value.astimezone(timezone.utc) if value.tzinfo else value
-    text = utc.strftime("%Y-%m-%dT%H:%M:%S")
-    if utc.microsecond:
-        text += f".{utc.microsecond // 1000:03d}"
-    return text + "Z"
+    instant = parse_instant(text)
+    if instant is None:
+        raise ConfigError(f"{flag}: expected an instant like 2026-01-01T00:00:00Z, got {text!r}")
+    return instant
 
 
 def json_safe(value: object) -> object:

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streaming import topics
 from streaming.errors import KafkaUnavailable
-from streaming.kafka.admin import admin_client
 from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import ClientValue, Kafka, bootstrap_of, client_config
 
@@ -131,23 +131,56 @@ class ProgressGroups:
         self._committers = {}
 
 
-def read_committed(kafka: Kafka, group: str, timeout: float = 10.0) -> Committed:
-    """The offsets `group` holds (none when the router never wrote it), with the last batch's id and time.
+GROUP_TIMEOUT_S = 10.0
+"""How long reading a router's group may take (the coordinator is looked up first)."""
 
-    Raises KafkaUnavailable when the broker does not answer.
+_COORDINATOR_MOVING = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
+
+
+def read_committed(
+    kafka: Kafka, group: str, partitions: Iterable[tuple[str, int]], timeout: float = GROUP_TIMEOUT_S
+) -> Committed:
+    """What `group` holds for `partitions`: the offsets (none where never written) and the last batch.
+
+    Read by a consumer of the group that neither subscribes nor commits: it never joins the group
+    and leaves its offsets as they are. Not by the admin client's ListConsumerGroupOffsets, which
+    crashes the process when the broker answers NOT_COORDINATOR (a null consumer-group handle in
+    librdkafka's OffsetFetch answer, librdkafka issue 5040), as a broker that has just started
+    does. While the broker answers that the coordinator moves or loads, this asks again, for up to
+    `timeout`; then, or when the broker does not answer, it raises KafkaUnavailable.
     """
-    client = admin_client(kafka)
-    request = [ConsumerGroupTopicPartitions(group)]
+    asked = [TopicPartition(topic, partition) for topic, partition in sorted(partitions)]
+    if not asked:
+        return Committed(group, {})
+    settings: dict[str, ClientValue] = {"group.id": group, "enable.auto.commit": False}
+    reader = Consumer(client_config(kafka, **settings), logger=librdkafka_log())
+    deadline = time.monotonic() + timeout
     try:
-        answer = client.list_consumer_group_offsets(request, request_timeout=timeout)[group].result()
-    except KafkaException as exc:
-        raise KafkaUnavailable(
-            f"reading the offsets of consumer group {group} at {bootstrap_of(kafka)}: {exc}"
-        ) from exc
+        while True:
+            try:
+                answer = reader.committed(asked, timeout=max(deadline - time.monotonic(), 0.1))
+                break
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if error is None or error.code() not in _COORDINATOR_MOVING or time.monotonic() >= deadline:
+                    raise KafkaUnavailable(
+                        f"reading the offsets of consumer group {group} at {bootstrap_of(kafka)}: {exc}"
+                    ) from exc
+                time.sleep(0.1)
+    finally:
+        reader.close()
     offsets: dict[tuple[str, int], int] = {}
     batch = at_ms = None
-    for tp in answer.topic_partitions or ():
-        if tp.offset < 0:
+    for tp in answer:
+        if tp.error is not None:
+            raise KafkaUnavailable(f"reading the offsets of consumer group {group}: {tp.error.str()}")
+        if tp.offset < 0:  # the group holds none for it
             continue
         offsets[(tp.topic, tp.partition)] = tp.offset
         b, at = parse_metadata(tp.metadata)

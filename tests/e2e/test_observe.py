@@ -310,7 +310,7 @@ def test_the_metrics_count_what_the_run_prints_while_it_runs_and_after(
     assert total(final, "router_batches_total", instance="i1") == int(batches)
     assert held_seen > 0
     # The router's progress, in Kafka's own terms: its group holds the offsets it read up to.
-    committed = read_committed(bootstrap, topics.router_group("i1", prefix))
+    committed = read_committed(bootstrap, topics.router_group("i1", prefix), [(i1_out, 0), (i1_out, 1)])
     assert sum(n for (topic, _), n in committed.offsets.items() if topic == i1_out) == written(
         bootstrap, [i1_out]
     )
