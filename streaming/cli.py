@@ -17,6 +17,7 @@ COMMANDS = (
     "send",
     "tail",
     "status",
+    "explain",
     "run",
     "replay",
     "resolve",
