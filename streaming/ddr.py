@@ -24,7 +24,9 @@ handled in one transaction of the endpoint's store, with the mappings in the sam
 killed at any moment takes the batch again at its next start, and begins the same outbound dialogs
 again (their ids are derived from the inbound ones), so the targets drop the repeats (A4) and no
 message is lost or forwarded twice. Several routing services behind equal routes share the
-conversations round-robin (C5). A routing service file:
+conversations round-robin (C5). Given `metrics_port`, the service serves `/metrics` (its answers by
+`answered_with`, its classifications, and its endpoint's figures: `streaming.observe.ddr_metrics`)
+and `/healthz` (200 while its loop polls and Kafka answers) until `close`. A routing service file:
 
     # routes/ddr/sales.yaml
     routing_service:
@@ -40,6 +42,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
@@ -55,6 +58,9 @@ from streaming.endpoint.protocol import DESCRIPTION_MAX, END_DIALOG, ERROR, RETR
 from streaming.endpoint.store import DialogClosed
 from streaming.errors import ConfigError, MalformedRecord
 from streaming.kafka.connection import Kafka
+from streaming.observe.ddr_metrics import ROUTED, UNROUTED, DdrCollector, DdrFigures
+from streaming.observe.server import DEFAULT_HOST, Health, MetricsServer, new_registry, serve
+from streaming.observe.services import HEALTH_BOUND_S
 from streaming.tables.validate import (
     Source,
     check_known_fields,
@@ -257,6 +263,19 @@ def answer(
     return Answer((Step(Act.SEND_IN),), f"{mapping.service}'s answer passed back")
 
 
+LEFT = "none"
+"""What an answer without steps did: the message came on a dialog no longer mapped, and was left."""
+CLOSED = "closed"
+"""What the answer of a message its other dialog could not carry did: both ended with `DIALOG_CLOSED`."""
+ANSWERS = (*(act.value for act in Act if act is not Act.FORGET), LEFT, CLOSED)
+"""What a message's answer did, as its metrics name it (`answered_with`): FORGET never comes first."""
+
+
+def answered_with(reply: Answer) -> str:
+    """What an answer did, in one word of `ANSWERS`: its first step's act, or `LEFT` when it has none."""
+    return reply.steps[0].act.value if reply.steps else LEFT
+
+
 def wrapped(service: str, who: str, error: tuple[int, str] | None) -> tuple[int, str]:
     """An Error that wraps the one that arrived: its code when an application's, and its text."""
     code, description = error or (0, "no description")
@@ -304,7 +323,9 @@ class RoutingService:
     """A data-dependent routing service of one instance (see the module docstring).
 
     `classify` classifies a batch of first messages (`streaming.spark.classifier.Classifier`'s
-    `classify_received`, or any function alike); `serve(stop)` answers until `stop` is set.
+    `classify_received`, or any function alike); `serve(stop)` answers until `stop` is set. Given
+    `metrics_port`, its metrics and health are served until `close`; `health_bound_s` is how long
+    its loop may go without polling, or Kafka without answering it, and still be healthy.
     """
 
     def __init__(
@@ -318,6 +339,9 @@ class RoutingService:
         prefix: str = topics.DEFAULT_PREFIX,
         on_answer: Callable[[str], None] | None = None,
         retry_first_s: float = RETRY_FIRST_S,
+        metrics_port: int = 0,
+        metrics_host: str = DEFAULT_HOST,
+        health_bound_s: float = HEALTH_BOUND_S,
     ) -> None:
         self.config = config
         self.classify = classify
@@ -330,21 +354,50 @@ class RoutingService:
             store=store,
             prefix=prefix,
             retry_first_s=retry_first_s,
+            health_bound_s=health_bound_s,
         )
-        with self.endpoint.transaction() as db:
-            db.execute(_MAPPINGS)
+        self.figures = DdrFigures()
+        self.metrics_server: MetricsServer | None = None
+        try:
+            with self.endpoint.transaction() as db:
+                db.execute(_MAPPINGS)
+            if metrics_port:
+                registry = new_registry()
+                self.endpoint.observe(registry)
+                labels = {"instance": instance, "database": config.database, "service": config.service}
+                registry.register(DdrCollector(labels, ANSWERS, self.figures))
+                self.metrics_server = serve(registry, self.health, metrics_port, metrics_host)
+        except BaseException:
+            self.endpoint.close()
+            raise
         self.answered = 0
 
     def close(self) -> None:
-        """Close the endpoint (its store holds every mapping)."""
+        """Stop serving metrics and health; close the endpoint (its store holds every mapping)."""
+        self.endpoint.watch.stop("the routing service is closed")
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+            self.metrics_server = None
         self.endpoint.close()
+
+    def health(self) -> Health:
+        """200 while the loop (the endpoint's pump) polls and Kafka answers it, each within the bound."""
+        return self.endpoint.health()
 
     def serve(self, stop: threading.Event) -> int:
         """Answer what arrives until `stop` is set; return how many messages were answered."""
-        while not stop.is_set():
-            self.endpoint.pump(0.5)
-            while self.step():
-                pass
+        watch = self.endpoint.watch
+        watch.restart()
+        try:
+            while not stop.is_set():
+                self.endpoint.pump(0.5)
+                while self.step():
+                    pass
+        except BaseException as exc:
+            watch.stop(f"the routing service failed: {exc!r}")
+            raise
+        finally:
+            watch.stop("the routing service has stopped")  # kept only when no failure said why
         return self.answered
 
     def step(self) -> int:
@@ -362,6 +415,8 @@ class RoutingService:
                 and self._mapping(db, m.dialog) is None
             ]
             targets = dict(zip((id(m) for m in firsts), self.classify(firsts), strict=True))
+            for target in targets.values():
+                self.figures.classified(ROUTED if target.service is not None else UNROUTED)
             for message in received:
                 if message.is_timer:
                     continue
@@ -377,6 +432,7 @@ class RoutingService:
                     target=targets.get(id(message)),
                 )
                 line = f"{message.dialog.conversation_id}: {reply.line}"
+                did = answered_with(reply)
                 try:
                     with self.endpoint.transaction():  # a savepoint: this message's steps, or none
                         self._do(db, message, mapping, reply, targets.get(id(message)))
@@ -384,7 +440,10 @@ class RoutingService:
                     line = (
                         f"{message.dialog.conversation_id}: {self._close(db, message.dialog, mapping, exc)}"
                     )
+                    did = CLOSED
                 self.answered += 1
+                self.figures.answered(did, time.time())
+                self.endpoint.watch.did(line)
                 log.info("%s", line)
                 if self.on_answer is not None:
                     self.on_answer(line)

@@ -30,6 +30,10 @@ The service commits its consumer group's offsets after each answer, so a restart
 where it stopped; a request answered twice creates the same route and ends the same dialog again.
 The other BrokerConfigurationNotice messages (B9) are not sent by this router; one that arrives is
 logged and left unanswered.
+
+Given `metrics_port`, the service serves `/metrics` (`streaming.observe.directory_metrics`: the
+requests answered by result, the records left unanswered by reason, when it last answered) and
+`/healthz` (200 while its loop polls and Kafka answers, `streaming.observe.services`) until `close`.
 """
 
 from __future__ import annotations
@@ -37,11 +41,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from types import TracebackType
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import Message as KafkaMessage
@@ -52,6 +58,18 @@ from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import decode_message
 from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import ClientValue, Kafka, bootstrap_of, client_config
+from streaming.observe.directory_metrics import (
+    ERROR,
+    MALFORMED,
+    NO_ORIGIN_DATABASE,
+    NO_SERVICE_NAME,
+    NOT_MISSING_ROUTE,
+    ROUTE,
+    DirectoryCollector,
+    DirectoryFigures,
+)
+from streaming.observe.server import DEFAULT_HOST, Health, MetricsServer, new_registry, serve
+from streaming.observe.services import HEALTH_BOUND_S, LoopWatch, ask_kafka
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, MISSING_ROUTE_MESSAGE_TYPE, Instance, Route
 from streaming.tables.records import RequestRecord
 from streaming.tables.topic_io import produce_records, put_route
@@ -193,7 +211,10 @@ class DirectoryService:
     """The dynamic routing service of one instance (see the module docstring).
 
     `instance` is the instance's catalog: the service reads the BrokerConfiguration queue of each
-    of its databases that hosts the service. `serve(stop)` answers until `stop` is set.
+    of its databases that hosts the service. `serve(stop)` answers until `stop` is set. Given
+    `metrics_port`, its metrics and health are served from construction until `close` (or the end
+    of a `with` block); `health_bound_s` is how long its loop may go without polling, or Kafka
+    without answering it, and still be healthy.
     """
 
     def __init__(
@@ -205,6 +226,9 @@ class DirectoryService:
         prefix: str = topics.DEFAULT_PREFIX,
         group: str | None = None,
         on_answer: Callable[[Answer], None] | None = None,
+        metrics_port: int = 0,
+        metrics_host: str = DEFAULT_HOST,
+        health_bound_s: float = HEALTH_BOUND_S,
     ) -> None:
         self.kafka = kafka
         self.instance = instance
@@ -224,6 +248,35 @@ class DirectoryService:
         self.requests_topic = topics.requests_topic(instance.name, prefix)
         self.group = group or f"router-directory-{instance.name}"
         self.answered = 0
+        self.figures = DirectoryFigures()
+        labels = {"instance": instance.name, "service": BROKER_CONFIGURATION_SERVICE}
+        self.watch = LoopWatch(labels, health_bound_s)
+        """What its loop last did: its health (`health`)."""
+        self.metrics_server: MetricsServer | None = None
+        if metrics_port:
+            registry = new_registry()
+            databases = [d.name for d in instance.databases]
+            registry.register(DirectoryCollector(instance.name, databases, self.figures, self.watch))
+            self.metrics_server = serve(registry, self.health, metrics_port, metrics_host)
+
+    def __enter__(self) -> DirectoryService:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop serving metrics and health (the loop itself stops on `serve`'s event)."""
+        self.watch.stop("the service is closed")
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+            self.metrics_server = None
+
+    def health(self) -> Health:
+        """200 while the loop polls and Kafka answers it, each within `health_bound_s`; else 503, why."""
+        return self.watch.health()
 
     def serve(self, stop: threading.Event) -> int:
         """Answer every request on the queues until `stop` is set; return how many were answered."""
@@ -234,24 +287,36 @@ class DirectoryService:
             "auto.offset.reset": "earliest",
         }
         consumer = Consumer(client_config(self.kafka, **settings), logger=librdkafka_log())
+        self.watch.restart()
         try:
             consumer.subscribe(self.queues)
             while not stop.is_set():
                 record = consumer.poll(POLL_S)
+                self.watch.polled()
                 if record is None:
+                    # An idle poll returns on time while the broker is away: ask it, when watched.
+                    if self.metrics_server is not None and self.watch.kafka_due():
+                        ask_kafka(self.watch, consumer, self.queues[0])
                     continue
                 error = record.error()
                 if error is not None:
                     if error.code() != KafkaError._PARTITION_EOF:
                         log.warning("reading %s: %s", record.topic(), error.str())
                     continue
+                self.watch.kafka_answered()
                 self.take(record)
                 consumer.commit(message=record, asynchronous=False)
         except KafkaException as exc:
-            raise KafkaUnavailable(
+            failure = KafkaUnavailable(
                 f"reading {', '.join(self.queues)} at {bootstrap_of(self.kafka)}: {exc}"
-            ) from exc
+            )
+            self.watch.stop(f"the service failed: {failure}")
+            raise failure from exc
+        except BaseException as exc:
+            self.watch.stop(f"the service failed: {exc!r}")
+            raise
         finally:
+            self.watch.stop("the service has stopped")  # kept only when no failure said why
             consumer.close()
         return self.answered
 
@@ -261,29 +326,36 @@ class DirectoryService:
         try:
             message = decode_message(record.value())
         except MalformedRecord as exc:
-            log.warning("%s: left unanswered: %s", where, exc)
+            self._unanswered(where, MALFORMED, str(exc))
             return None
         if message.get("message_type") != MISSING_ROUTE_MESSAGE_TYPE:
-            log.warning(
-                "%s: left unanswered: a %s message, not MissingRoute (B9)", where, message.get("message_type")
-            )
+            kind = message.get("message_type")
+            self._unanswered(where, NOT_MISSING_ROUTE, f"a {kind} message, not MissingRoute (B9)")
             return None
         scope = message.get("origin_database")
         request_id = str(message["conversation_id"])
         if not scope:
-            log.warning("%s: left unanswered: the MissingRoute request names no origin database", where)
+            self._unanswered(where, NO_ORIGIN_DATABASE, "the MissingRoute request names no origin database")
             return None
         try:
             service = requested_service(message["body"])
         except MalformedRecord as exc:
-            log.warning("%s: left unanswered: %s", where, exc)
+            self._unanswered(where, NO_SERVICE_NAME, str(exc))
             return None
         answer = self.answer(str(scope), service, request_id)
         self.answered += 1
+        self.figures.answered(answer.scope, ROUTE if answer.route is not None else ERROR, time.time())
+        self.watch.did(answer.line())
         log.info("%s", answer.line())
         if self.on_answer is not None:
             self.on_answer(answer)
         return answer
+
+    def _unanswered(self, where: str, reason: str, why: str) -> None:
+        """Log and count a record left unanswered (`streaming.observe.directory_metrics.UNANSWERED`)."""
+        log.warning("%s: left unanswered: %s", where, why)
+        self.figures.unanswered(reason)
+        self.watch.did(f"left {where} unanswered: {reason}")
 
     def answer(self, scope: str, service: str, request_id: str) -> Answer:
         """B6: create the route when the directory lists the service, then end the request's dialog."""

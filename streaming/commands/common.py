@@ -18,6 +18,7 @@ from streaming.config import BOOTSTRAP_ENV, CONFIG_ENV, DEFAULT_BOOTSTRAP, load_
 from streaming.errors import ConfigError, RouterError
 from streaming.instants import format_instant, parse_instant
 from streaming.kafka.connection import KafkaConnection
+from streaming.observe.server import DEFAULT_HOST as DEFAULT_METRICS_HOST
 from streaming.tables.reader import TableRead
 from streaming.topics import DEFAULT_PREFIX, MAX_PREFIX, check_prefix
 
@@ -238,3 +239,33 @@ def stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     return stop
+
+
+def add_metrics_arguments(parser: argparse.ArgumentParser, what: str, *, from_settings: bool = False) -> None:
+    """`--metrics-port` and `--metrics-host`: where a long-running command serves `/metrics` and `/healthz`.
+
+    `what` names what is observed; `from_settings`: the defaults are the settings file's
+    (`metrics_port`, `metrics_host`), as for `run` and `replay`.
+    """
+    settings = "the settings file's metrics_port, else " if from_settings else ""
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None if from_settings else 0,
+        metavar="PORT",
+        help=f"serve {what}'s Prometheus metrics at /metrics and its health check at /healthz on this "
+        f"port (default: {settings}0: no server)",
+    )
+    host = "the settings file's metrics_host, else " if from_settings else ""
+    parser.add_argument(
+        "--metrics-host",
+        default=None if from_settings else DEFAULT_METRICS_HOST,
+        metavar="HOST",
+        help=f"the address the metrics server listens on (default: {host}{DEFAULT_METRICS_HOST}: "
+        "this machine only)",
+    )
+
+
+def served_at(address: str) -> str:
+    """The line a command prints once its metrics server listens at `address` (host:port)."""
+    return f"metrics at http://{address}/metrics, health at http://{address}/healthz"

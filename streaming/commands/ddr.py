@@ -11,6 +11,10 @@ classifier names (or, in redirect mode, answers with that service's name and end
 One line per message answered; Ctrl-C or SIGTERM stops it, and a new start goes on where it
 stopped (the dialogs and their mappings are in the store file). See `streaming/ddr.py` for the
 file's format and what the service does.
+
+`--metrics-port PORT` serves Prometheus metrics at /metrics (messages answered by what was done,
+classifications: `router_ddr_*`; the service's endpoint: `router_endpoint_*`) and a health check
+at /healthz (200 while it polls its queue and Kafka answers, 503 with the reason otherwise).
 """
 
 from __future__ import annotations
@@ -19,7 +23,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from streaming.commands.common import add_service_command, check_each, kafka_from, stop_on_signals
+from streaming.commands.common import (
+    add_metrics_arguments,
+    add_service_command,
+    check_each,
+    kafka_from,
+    served_at,
+    stop_on_signals,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -41,6 +52,7 @@ def register(subparsers: Any) -> None:
         help="the service's store file: dialogs and mappings "
         "(default .state/endpoints/INSTANCE.DATABASE.SERVICE.db)",
     )
+    add_metrics_arguments(serve, "the routing service")
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -80,12 +92,17 @@ def run_serve(args: argparse.Namespace) -> int:
         store=store,
         prefix=args.topic_prefix,
         on_answer=lambda line: print(line, flush=True),
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
     )
     stop = stop_on_signals()
     print(
         f"{config.service} ({config.mode.value}) on {service.endpoint.queue}, store {store}; Ctrl-C stops",
         flush=True,
     )
+    if service.metrics_server is not None:
+        address = service.metrics_server.address
+        print(served_at(address), flush=True)
     try:
         answered = service.serve(stop)
     finally:

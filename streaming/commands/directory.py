@@ -9,6 +9,10 @@ request the router sends there (spec B6): for a service the file lists, it creat
 the table that asked and ends the request; for any other, it ends the request with an error. The
 router routes the waiting conversations again at their next retry. One line per answer; Ctrl-C
 or SIGTERM stops it. See `streaming/directory.py` for the file's format.
+
+`--metrics-port PORT` serves Prometheus metrics at /metrics (requests answered by result, records
+left unanswered by reason, when it last answered: `router_directory_*`) and a health check at
+/healthz (200 while it polls its queues and Kafka answers, 503 with the reason otherwise).
 """
 
 from __future__ import annotations
@@ -17,7 +21,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from streaming.commands.common import add_service_command, check_each, kafka_from, stop_on_signals
+from streaming.commands.common import (
+    add_metrics_arguments,
+    add_service_command,
+    check_each,
+    kafka_from,
+    served_at,
+    stop_on_signals,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -36,6 +47,7 @@ def register(subparsers: Any) -> None:
     serve.add_argument(
         "--group", help="the consumer group that keeps its place (default router-directory-INSTANCE)"
     )
+    add_metrics_arguments(serve, "the service")
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -71,13 +83,19 @@ def run_serve(args: argparse.Namespace) -> int:
         prefix=args.topic_prefix,
         group=args.group,
         on_answer=lambda answer: print(answer.line(), flush=True),
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
     )
-    stop = stop_on_signals()
-    print(
-        f"answering MissingRoute requests on {', '.join(service.queues)} "
-        f"from {args.file} ({len(directory.listings)} service(s)); Ctrl-C stops",
-        flush=True,
-    )
-    answered = service.serve(stop)
+    with service:
+        stop = stop_on_signals()
+        print(
+            f"answering MissingRoute requests on {', '.join(service.queues)} "
+            f"from {args.file} ({len(directory.listings)} service(s)); Ctrl-C stops",
+            flush=True,
+        )
+        if service.metrics_server is not None:
+            address = service.metrics_server.address
+            print(served_at(address), flush=True)
+        answered = service.serve(stop)
     print(f"{answered} request(s) answered", flush=True)
     return 0

@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     """The settings flags shared by `run` and `replay`."""
-    from streaming.commands.common import add_kafka_arguments, add_prefix_argument
+    from streaming.commands.common import add_kafka_arguments, add_metrics_arguments, add_prefix_argument
 
     parser.add_argument("--instance", help="the instance to route for (overrides the settings file)")
     add_kafka_arguments(parser)
@@ -51,19 +51,7 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         "--checkpoint-dir", help="where the query keeps its checkpoint (default .state/checkpoints/INSTANCE)"
     )
     parser.add_argument("--spark-master", help="Spark master URL (default local[2], env ROUTER_SPARK_MASTER)")
-    parser.add_argument(
-        "--metrics-port",
-        type=int,
-        metavar="PORT",
-        help="serve Prometheus metrics at /metrics and the health check at /healthz on this port "
-        "(default: the settings file's metrics_port; 0 or none: no server)",
-    )
-    parser.add_argument(
-        "--metrics-host",
-        metavar="HOST",
-        help="the address the metrics server listens on (default: the settings file's metrics_host, "
-        "else 127.0.0.1: this machine only)",
-    )
+    add_metrics_arguments(parser, "the router", from_settings=True)
     parser.add_argument(
         "-v",
         "--verbose",
@@ -166,6 +154,7 @@ def observed_job(
     spark: SparkSession, settings: Settings, say: Callable[[str], None], *, count_jobs: bool = False
 ) -> tuple[RouterJob, MetricsServer | None]:
     """The job, with its metrics and health served when `settings.metrics_port` asks for it."""
+    from streaming.commands.common import served_at
     from streaming.observe.server import serve
     from streaming.spark.job import RouterJob, input_topics
     from streaming.spark.metrics import RouterMetrics
@@ -176,5 +165,5 @@ def observed_job(
     job = RouterJob(spark, settings, count_jobs=count_jobs, metrics=metrics)
     server = serve(metrics.registry, job.health, settings.metrics_port, settings.metrics_host)
     if server is not None:
-        say(f"metrics at http://{server.address}/metrics, health at http://{server.address}/healthz")
+        say(served_at(server.address))
     return job, server

@@ -28,6 +28,12 @@ What it does for the service (spec §1.8, §1.15, §1.16):
 The endpoint works when the service calls it (`receive`, `pump`, `wait_acknowledged`): a service
 that only sends calls `pump` now and then so that acks are taken and resends go out. One process
 per store file; two processes on one store would each resend what the other sent.
+
+Given `metrics_port`, the endpoint serves `/metrics` and `/healthz` on it (on `metrics_host`,
+127.0.0.1 by default) until it is closed (`streaming.observe.server`): its counts and its store's
+figures (`streaming.observe.endpoint_metrics`), and 200 while it pumps and Kafka answers, each
+within `health_bound_s` (`streaming.observe.services`). A process that serves its own metrics
+adds the endpoint's to its registry with `observe` instead.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
+from prometheus_client import CollectorRegistry
 
 from streaming import topics
 from streaming.endpoint.protocol import (
@@ -71,6 +78,9 @@ from streaming.kafka.avro import decode_message, encode_message, new_message_rec
 from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import Kafka, client_config
 from streaming.kafka.consuming import take_arrived
+from streaming.observe.endpoint_metrics import EndpointCollector
+from streaming.observe.server import DEFAULT_HOST, Health, MetricsServer, new_registry, serve
+from streaming.observe.services import HEALTH_BOUND_S, LoopWatch, ask_kafka
 from streaming.rules.model import CURRENT_DATABASE, Database, canonical_guid
 from streaming.tables.reader import read_instances
 
@@ -86,12 +96,15 @@ _RESERVED_TYPES = (END_DIALOG, ERROR, DIALOG_TIMER, ACKNOWLEDGEMENT)
 
 @dataclass
 class EndpointCounts(ArrivalCounts):
-    """What an endpoint did since it started (for logs and tests), arrivals included."""
+    """What an endpoint did since it started (for logs, tests and its metrics), arrivals included."""
 
     sent: int = 0
     resent: int = 0
     acks_sent: int = 0
+    acks_received: int = 0
+    """Acknowledgements that arrived (A1)."""
     acked: int = 0
+    """Sent messages those acknowledgements freed."""
     malformed: int = 0
     expired: int = 0
 
@@ -198,11 +211,23 @@ class Endpoint:
         retry_first_s: float = RETRY_FIRST_S,
         retry_cap_s: float = RETRY_CAP_S,
         clock: Callable[[], float] = time.time,
+        metrics_port: int = 0,
+        metrics_host: str = DEFAULT_HOST,
+        health_bound_s: float = HEALTH_BOUND_S,
     ) -> None:
+        """Connect, read the endpoint's database from the catalogs, open the store (see the class).
+
+        `metrics_port`: serve `/metrics` and `/healthz` there until `close` (0: no server);
+        `health_bound_s`: how long the endpoint may go without a pump, or Kafka without answering
+        one, and still be healthy.
+        """
         if retry_first_s <= 0 or retry_cap_s < retry_first_s:
             raise ConfigError(
                 f"expected 0 < retry_first_s <= retry_cap_s, got {retry_first_s} and {retry_cap_s}"
             )
+        labels = {"instance": instance, "database": database, "service": service}
+        self.watch = LoopWatch(labels, health_bound_s, clock)
+        """What its pump last did: its health (`health`)."""
         self.kafka = kafka
         self.instance = instance
         self.service = service
@@ -230,6 +255,16 @@ class Endpoint:
         )
         self._consumer.subscribe([self.queue])
         self._forgotten_at = 0.0
+        self._asks_kafka = False
+        self.metrics_server: MetricsServer | None = None
+        if metrics_port:
+            registry = new_registry()
+            self.observe(registry)
+            try:
+                self.metrics_server = serve(registry, self.health, metrics_port, metrics_host)
+            except BaseException:
+                self.close()
+                raise
 
     def __enter__(self) -> Endpoint:
         return self
@@ -240,11 +275,15 @@ class Endpoint:
         self.close()
 
     def close(self) -> None:
-        """Send what is produced but not delivered yet, then close the clients and the store.
+        """Stop the metrics server, send what is produced and not yet delivered, close clients and store.
 
         The input's offsets are committed once more, and waited for: what the store took is not
         read again at the next start (it would only be a duplicate, A4, but costs a pass).
         """
+        self.watch.stop("the endpoint is closed")
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+            self.metrics_server = None
         self._producer.flush(10)
         try:
             self._consumer.commit(asynchronous=False)
@@ -253,6 +292,26 @@ class Endpoint:
                 log.warning("committing %s's offsets at close: %s", self.queue, exc)
         self._consumer.close()
         self.store.close()
+
+    # --- what it tells ------------------------------------------------------------------------
+
+    def observe(self, registry: CollectorRegistry) -> None:
+        """Add the endpoint's metrics to `registry` (a process's, served by it) and watch Kafka answer.
+
+        The metrics are read when scraped (`streaming.observe.endpoint_metrics`). From now on a
+        pump that brings nothing asks Kafka, every few seconds, whether it answers (`health`).
+        """
+        labels = {"instance": self.instance, "database": self.database.name, "service": self.service}
+        registry.register(EndpointCollector(labels, self.counts, self.store.path, self.watch))
+        self._asks_kafka = True
+
+    def health(self) -> Health:
+        """200 while the endpoint pumps and Kafka answers it, each within `health_bound_s`; else 503, why.
+
+        Kafka is asked only once the endpoint is observed (`metrics_port`, `observe`); before, only
+        records arriving show that it answers.
+        """
+        return self.watch.health()
 
     # --- dialogs ------------------------------------------------------------------------------
 
@@ -359,6 +418,7 @@ class Endpoint:
         now_ms = self._now_ms()
         if acks:
             freed = self.store.acknowledged(acks, now_ms)
+            self.counts.acks_received += len(acks)
             self.counts.acked += freed
         if arrived:
             due, counts = self.store.arrive(arrived, now_ms)
@@ -368,14 +428,28 @@ class Endpoint:
         if records:
             # The store holds what they changed: from here a restart need not read them again.
             self._consumer.commit(asynchronous=True)
-        self._resend(now_ms)
+        resent = self._resend(now_ms)
         self.counts.expired += self.store.expire(now_ms)
         self.store.fire_timers(now_ms)
         if time.monotonic() - self._forgotten_at > _FORGET_EVERY_S:
             self.store.forget_ended(now_ms)
             self._forgotten_at = time.monotonic()
         self._producer.poll(0)
+        self._watched(records, len(arrived), len(acks), resent)
         return len(records)
+
+    def _watched(self, records: list[KafkaMessage], arrived: int, acks: int, resent: int) -> None:
+        """Tell the watch what the pump did; a watched pump that brought nothing asks Kafka now and then."""
+        self.watch.polled()
+        if any(record.error() is None for record in records):
+            self.watch.kafka_answered()
+        elif self._asks_kafka and self.watch.kafka_due():
+            ask_kafka(self.watch, self._consumer, self.queue)
+        done = [f"read {arrived} message(s) and {acks} ack(s)"] if arrived or acks else []
+        if resent:
+            done.append(f"resent {resent} message(s)")
+        if done:
+            self.watch.did(", ".join(done))
 
     def wait_acknowledged(self, timeout_s: float) -> bool:
         """Pump until every sent message is acked, or `timeout_s` passed; return whether all were."""
@@ -421,10 +495,11 @@ class Endpoint:
         self._produce(row, Pending(side[0], side[1], sequence, ERROR, body, now_ms, 0))
         self.counts.sent += 1
 
-    def _resend(self, now_ms: int) -> None:
+    def _resend(self, now_ms: int) -> int:
+        """A3: produce again what waited too long for its ack; return how many."""
         due = self.store.due(now_ms)
         if not due:
-            return
+            return 0
         resent: list[tuple[Pending, int]] = []
         rows: dict[Side, DialogRow | None] = {}
         for pending in due:
@@ -439,6 +514,7 @@ class Endpoint:
         self.store.resent(resent)
         self.counts.resent += len(resent)
         log.debug("resent %d unacknowledged message(s)", len(resent))
+        return len(resent)
 
     def _produce(self, row: DialogRow, pending: Pending) -> None:
         """Produce a sequenced message of `row`; a resend names the dialog's pin as it is now (A2)."""
