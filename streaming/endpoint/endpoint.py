@@ -31,7 +31,7 @@ per store file; two processes on one store would each resend what the other sent
 
 Given `metrics_port`, the endpoint serves `/metrics` and `/healthz` on it (on `metrics_host`,
 127.0.0.1 by default) until it is closed (`streaming.observe.server`): its counts and its store's
-figures (`streaming.observe.endpoint_metrics`), and 200 while it pumps and Kafka answers, each
+figures (`streaming.endpoint.metrics`), and 200 while it pumps and Kafka answers, each
 within `health_bound_s` (`streaming.observe.services`). A process that serves its own metrics
 adds the endpoint's to its registry with `observe` instead.
 """
@@ -55,6 +55,7 @@ from confluent_kafka import Message as KafkaMessage
 from prometheus_client import CollectorRegistry
 
 from streaming import topics
+from streaming.endpoint.metrics import EndpointCollector
 from streaming.endpoint.protocol import (
     ACKNOWLEDGEMENT,
     DEFAULT_MESSAGE_TYPE,
@@ -78,7 +79,6 @@ from streaming.kafka.avro import decode_message, encode_message, new_message_rec
 from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import Kafka, client_config
 from streaming.kafka.consuming import take_arrived
-from streaming.observe.endpoint_metrics import EndpointCollector
 from streaming.observe.server import DEFAULT_HOST, Health, MetricsServer, new_registry, serve
 from streaming.observe.services import HEALTH_BOUND_S, LoopWatch, ask_kafka
 from streaming.rules.model import CURRENT_DATABASE, Database, canonical_guid
@@ -298,7 +298,7 @@ class Endpoint:
     def observe(self, registry: CollectorRegistry) -> None:
         """Add the endpoint's metrics to `registry` (a process's, served by it) and watch Kafka answer.
 
-        The metrics are read when scraped (`streaming.observe.endpoint_metrics`). From now on a
+        The metrics are read when scraped (`streaming.endpoint.metrics`). From now on a
         pump that brings nothing asks Kafka, every few seconds, whether it answers (`health`).
         """
         labels = {"instance": self.instance, "database": self.database.name, "service": self.service}

@@ -3,7 +3,7 @@
 `DdrFigures` is counted by the service's loop (`streaming.ddr.RoutingService`) and read by
 `DdrCollector` when scraped, from the metrics server's thread. A message's answer is named by its
 first step, in `streaming.ddr.Act`'s words (`streaming.ddr.answered_with`). The service is an
-endpoint too: its registry also holds the endpoint's metrics (`streaming.observe.endpoint_metrics`).
+endpoint too: its registry also holds the endpoint's metrics (`streaming.endpoint.metrics`).
 Every series has the labels `instance`, `database` and `service`; every counter is there from the
 start, at 0. `METRICS` names every metric exported (the endpoint's are in that module's, its loop's
 last poll among them: the service's loop is its endpoint's pump).

@@ -1,6 +1,7 @@
 """deploy/grafana/router.json: a Grafana dashboard over the router's metrics. It must parse, and every
-expression must name metrics the router exports (`streaming.spark.metrics.METRICS`), so that a
-renamed metric cannot leave a dashboard panel empty without a test failing."""
+expression must name metrics the router's processes export (the job's `streaming.spark.metrics.METRICS`
+and the services' in `streaming.observe`), so that a renamed metric cannot leave a dashboard panel
+empty without a test failing."""
 
 from __future__ import annotations
 
@@ -9,15 +10,28 @@ import re
 from pathlib import Path
 from typing import Any
 
-from streaming.spark.metrics import METRICS
+from streaming.endpoint import metrics as endpoint_metrics
+from streaming.observe import ddr_metrics, directory_metrics
+from streaming.spark import metrics as job_metrics
+
+METRICS = {
+    **job_metrics.METRICS,
+    **endpoint_metrics.METRICS,
+    **directory_metrics.METRICS,
+    **ddr_metrics.METRICS,
+}
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "router.json"
 HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
 
 
 def expressions(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
-    """(panel title, PromQL) of every target of every panel."""
-    return [(panel["title"], target["expr"]) for panel in dashboard["panels"] for target in panel["targets"]]
+    """(panel title, PromQL) of every target of every panel (a row holds no query)."""
+    return [
+        (panel["title"], target["expr"])
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", ())
+    ]
 
 
 def metric_names(expr: str) -> set[str]:
@@ -58,6 +72,8 @@ def test_the_dashboard_shows_what_an_operator_alerts_on() -> None:
         "router_destination_unavailable_total",
     }
     assert wanted <= read, wanted - read
+    services = {"router_endpoint_unacknowledged_messages", "router_endpoint_resent_total"}
+    assert services <= read, services - read
     ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids)), "panel ids are unique"
     variables = {v["name"] for v in dashboard["templating"]["list"]}

@@ -15,13 +15,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from streaming.commands.common import add_metrics_arguments
 from streaming.ddr import ANSWERS, CLOSED, LEFT, Act, Classification, Mapping, Mode, answer, answered_with
 from streaming.endpoint import EndpointCounts
+from streaming.endpoint import metrics as endpoint_metrics
+from streaming.endpoint.metrics import EndpointCollector
 from streaming.endpoint.protocol import END_DIALOG, ERROR
 from streaming.endpoint.store import DialogStore, Incoming, StoreFigures, read_figures
 from streaming.errors import ConfigError
-from streaming.observe import ddr_metrics, directory_metrics, endpoint_metrics
+from streaming.observe import ddr_metrics, directory_metrics
 from streaming.observe.ddr_metrics import DdrCollector, DdrFigures
 from streaming.observe.directory_metrics import DirectoryCollector, DirectoryFigures
-from streaming.observe.endpoint_metrics import EndpointCollector
 from streaming.observe.server import new_registry
 from streaming.observe.services import LoopState, LoopWatch, judge_loop
 

@@ -25,7 +25,7 @@ from streaming.observe.services import LoopWatch
 if TYPE_CHECKING:
     from streaming.endpoint.endpoint import EndpointCounts
 
-log = logging.getLogger("streaming.observe.endpoint_metrics")
+log = logging.getLogger("streaming.endpoint.metrics")
 
 LABELS = ("instance", "database", "service")
 
