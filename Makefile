@@ -18,11 +18,13 @@ setup: ## create .venv, install Python deps, copy the Kafka and Spark jars, comp
 demo: setup ## run the demo: broker, routes, messages routed end to end by the Spark job
 	$(BIN)/router demo
 
-test: setup ## run all tests: unit, integration (real Kafka broker, Spark), e2e and the fault tier
-	@# One session, the longest tests first (tests/conftest.py orders them), so that short tests fill
-	@# the workers' gaps at the end; --maxschedchunk 1: a worker takes the next test when it is free
-	@# (in chunks, the first worker would get every fault test). --durations names the slowest.
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk 1 --durations=20
+test: setup ## run all tests: unit first (fails fast), then integration (real Kafka, Spark), e2e, fault tier
+	@# The unit tier first, in seconds: a broken rule or contract fails before the brokers start.
+	$(BIN)/pytest -q -n $(TEST_WORKERS) tests/unit
+	@# Then one session, the longest tests first (tests/conftest.py orders them), so that short tests
+	@# fill the workers' gaps at the end; --maxschedchunk 1: a worker takes the next test when it is
+	@# free (in chunks, the first worker would get every fault test). --durations names the slowest.
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk 1 --durations=20 tests/integration tests/e2e
 
 test-unit: setup ## run the unit tests only (no Kafka, no Spark: seconds)
 	$(BIN)/pytest -q tests/unit

@@ -306,8 +306,12 @@ def test_the_metrics_count_what_the_run_prints_while_it_runs_and_after(
     assert total(final, "router_snapshot_routes", instance="i1") == 4
     assert total(final, "router_snapshot_routes", instance="f1") == 1
     assert total(final, "router_build_info", instance="f1") == 1
+    # The tick runs idle batches after the last scrape too: the run counts at least those scraped.
     batches = re.findall(r"router run: (\d+) batch\(es\)", output)[-1]
-    assert total(final, "router_batches_total", instance="i1") == int(batches)
+    assert 0 < total(final, "router_batches_total", instance="i1") <= int(batches)
+    assert total(final, "router_batches_total", instance="f1") == total(
+        final, "router_batches_total", instance="i1"
+    )
     assert held_seen > 0
     # The router's progress, in Kafka's own terms: its group holds the offsets it read up to.
     committed = read_committed(bootstrap, topics.router_group("i1", prefix), [(i1_out, 0), (i1_out, 1)])
