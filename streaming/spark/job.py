@@ -250,6 +250,8 @@ class RouterJob:
             while query.isActive and not stop.is_set():
                 stop.wait(0.2)
                 self._report(query, on_batch)
+                if self.metrics is not None:
+                    self._late(time.time())
         finally:
             self._live(state="stopping")
             abandoned = self._stop(query, grace_s)
@@ -385,14 +387,24 @@ class RouterJob:
         the broker when it is away; the answer never waits for the ask.
         """
         now = time.time()
+        late = self._late(now)
         with self._lock:
             live = self.liveness
-        late = live.last_batch_at is not None and now - live.last_batch_at > self.settings.health_bound_s / 2
+        return judge(live, now, self.settings.health_bound_s, self._kafka_note if late else None)
+
+    def _late(self, now: float) -> bool:
+        """Whether micro-batches are late (half the bound without one); then Kafka is asked if it answers.
+
+        `run`'s loop asks this every turn, so that the note on Kafka is ready before a probe comes.
+        """
+        with self._lock:
+            last = self.liveness.last_batch_at
+        late = last is not None and now - last > self.settings.health_bound_s / 2
         if late:
             self._probe_kafka()
         elif self._kafka_note is not None:
             self._kafka_note = None
-        return judge(live, now, self.settings.health_bound_s, self._kafka_note if late else None)
+        return late
 
     def _probe_kafka(self) -> None:
         """Ask, in a thread, whether the cluster answers; its answer is `_kafka_note` (None: it does)."""
