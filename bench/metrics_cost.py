@@ -4,11 +4,13 @@ usage: python -m bench.metrics_cost [--messages N] [--per-batch N] [--pairs N] [
 
 One namespace holds the records (`bench.common.prepare`, 10 routes, a share of the conversations
 delayed so that the state processor's held figures change); each run is a `RouterJob.replay` of all
-of them with a new checkpoint. Runs alternate, off then on, `--pairs` times, in one warm JVM:
-"on" is what `router run --metrics-port` adds (`streaming.spark.metrics.RouterMetrics` fed by every
-batch, the state processor's `HeldCounts`, the HTTP server) with a scraper asking `/metrics` and
-`/healthz` every `SCRAPE_EVERY_S`, far more often than Prometheus would. The cost is the median
-"on" time over the median "off" time, less one.
+of them with a new checkpoint. "On" is what `router run --metrics-port` adds
+(`streaming.spark.metrics.RouterMetrics` fed by every batch, the state processor's `HeldCounts`, the
+HTTP server) with a scraper asking `/metrics` and `/healthz` every `SCRAPE_EVERY_S`, far more often
+than Prometheus would. One unmeasured run of each first compiles their code (delayed messages take
+code the plain runs do not); then `--pairs` pairs, the order within a pair alternating (off-on,
+on-off, ...), since each run of a JVM is a little warmer than the last. The cost is the median of
+the pairs' ratios (on over off, less one).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from streaming.spark.metrics import RouterMetrics
 
 SCRAPE_EVERY_S = 0.5
 """How often the "on" runs are scraped (Prometheus' default is every 15 s)."""
+PAIRS = 6
+"""Measured pairs of runs, off and on."""
 
 
 @dataclass(frozen=True)
@@ -43,9 +47,14 @@ class MetricsCost:
     """Scrapes answered during the "on" runs."""
 
     @property
+    def ratios(self) -> list[float]:
+        """Each pair's time with metrics over its time without, less one (0.01 = 1% slower)."""
+        return [on / off - 1.0 for on, off in zip(self.on_s, self.off_s, strict=True)]
+
+    @property
     def cost(self) -> float:
-        """Median time with metrics over median time without, less one (0.01 = 1% slower)."""
-        return statistics.median(self.on_s) / statistics.median(self.off_s) - 1.0
+        """The median of the pairs' ratios."""
+        return statistics.median(self.ratios)
 
     def rate(self, on: bool) -> float:
         """Messages per second of the median run."""
@@ -97,16 +106,18 @@ def _replay(
 
 
 def measure_metrics_cost(
-    spark: SparkSession, bootstrap: str, folder: Path, messages: int, per_batch: int, pairs: int = 3
+    spark: SparkSession, bootstrap: str, folder: Path, messages: int, per_batch: int, pairs: int = PAIRS
 ) -> MetricsCost:
     """Alternate replays without and with metrics on the same records (see the module docstring)."""
     prefix = new_prefix()
     prepare(bootstrap, prefix, 10, messages, late=0.05)
+    for with_metrics in (False, True):  # unmeasured: compiles the code of both
+        _replay(spark, bootstrap, prefix, folder / f"{prefix}-warm-{with_metrics}", per_batch, with_metrics)
     off: list[float] = []
     on: list[float] = []
     scrapes = 0
     for n in range(pairs):
-        for with_metrics in (False, True):
+        for with_metrics in (False, True) if n % 2 == 0 else (True, False):
             checkpoint = folder / f"{prefix}-{n}-{'on' if with_metrics else 'off'}"
             seconds, answered = _replay(spark, bootstrap, prefix, checkpoint, per_batch, with_metrics)
             (on if with_metrics else off).append(seconds)
@@ -124,18 +135,15 @@ def main() -> None:
     )
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--per-batch", type=int, default=100_000)
-    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=PAIRS)
     parser.add_argument("--bootstrap", default=None, help="an existing broker (default: an embedded one)")
     args = parser.parse_args()
     with spark_bench(args.bootstrap, "router-bench-metrics") as (spark, bootstrap, folder):
-        # One unmeasured replay first: the first queries of a JVM run much slower (class loading, JIT).
-        warm = new_prefix()
-        prepare(bootstrap, warm, 10, args.messages, late=0.05)
-        _replay(spark, bootstrap, warm, folder / "warm", args.per_batch, on=True)
         result = measure_metrics_cost(spark, bootstrap, folder, args.messages, args.per_batch, args.pairs)
     print(
         f"metrics off: {result.rate(False):,.0f} msg/s (median of {len(result.off_s)}), "
-        f"on: {result.rate(True):,.0f} msg/s, {result.scrapes} scrapes; cost {result.cost:+.1%}"
+        f"on: {result.rate(True):,.0f} msg/s, {result.scrapes} scrapes; pairs "
+        f"{', '.join(f'{r:+.1%}' for r in result.ratios)}; cost (their median) {result.cost:+.1%}"
     )
 
 
