@@ -11,6 +11,10 @@ than Prometheus would. One unmeasured run of each first compiles their code (del
 code the plain runs do not); then `--pairs` pairs, the order within a pair alternating (off-on,
 on-off, ...), since each run of a JVM is a little warmer than the last. The cost is the median of
 the pairs' ratios (on over off, less one).
+
+Runs of the same records differ by more than the few percent the metrics could cost, so their own
+work is timed as well: the driver's calls that feed them each batch, and the scrapes as the scraper
+waits for them (`MetricsCost.work_share`).
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ import statistics
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -45,6 +51,11 @@ class MetricsCost:
     on_s: tuple[float, ...]
     scrapes: int
     """Scrapes answered during the "on" runs."""
+    work_s: float = 0.0
+    """The metrics' own work in the "on" runs' driver: the calls that feed them each batch
+    (`RouterMetrics.batch`, `input_lag`, `snapshot`, the held figures and their `take` from the JVM)."""
+    scrape_s: float = 0.0
+    """The scrapes' time as the scraper saw it (request to last byte): a bound on the server's work."""
 
     @property
     def ratios(self) -> list[float]:
@@ -56,15 +67,62 @@ class MetricsCost:
         """The median of the pairs' ratios."""
         return statistics.median(self.ratios)
 
+    @property
+    def work_share(self) -> float:
+        """The metrics' own work, scrapes included, over the "on" runs' time."""
+        return (self.work_s + self.scrape_s) / sum(self.on_s)
+
     def rate(self, on: bool) -> float:
         """Messages per second of the median run."""
         return self.messages / statistics.median(self.on_s if on else self.off_s)
 
 
+class _Stopwatch:
+    """Seconds spent in the calls it wraps."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def wrap(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return call(*args)
+            finally:
+                self.seconds += time.perf_counter() - started
+
+        return timed
+
+
+class _TimedHeld:
+    """The state processor's `HeldCounts` (a JVM object), its `take` timed."""
+
+    def __init__(self, held: Any, watch: _Stopwatch) -> None:
+        self.take = watch.wrap(held.take)
+
+
+class _TimedJob(RouterJob):
+    """A job whose metrics' own work is timed (`MetricsCost.work_s`)."""
+
+    watch: _Stopwatch
+
+    def start(self, bounded: bool) -> Any:
+        query = super().start(bounded)
+        if self._held is not None and not isinstance(self._held, _TimedHeld):
+            self._held = _TimedHeld(self._held, self.watch)
+        return query
+
+
+def _timed_metrics(metrics: RouterMetrics, watch: _Stopwatch) -> None:
+    for name in ("batch", "input_lag", "snapshot"):
+        setattr(metrics, name, watch.wrap(getattr(metrics, name)))
+    metrics.held.add = watch.wrap(metrics.held.add)  # type: ignore[method-assign]
+
+
 def _replay(
     spark: SparkSession, bootstrap: str, prefix: str, checkpoint: Path, per_batch: int, on: bool
-) -> tuple[float, int]:
-    """One replay of the namespace; its seconds and, when `on`, the scrapes it answered."""
+) -> tuple[float, int, float, float]:
+    """One replay: its seconds, and when `on` its scrapes, the metrics' work and the scrapes' time."""
     settings = router_settings(bootstrap, prefix, checkpoint, per_batch)
     if not on:
         job = RouterJob(spark, settings)
@@ -72,37 +130,45 @@ def _replay(
         job.replay()
         seconds = time.monotonic() - started
         job.close()
-        return seconds, 0
+        return seconds, 0, 0.0, 0.0
     metrics = RouterMetrics(settings.instances, input_topics(settings))
-    job = RouterJob(spark, settings, metrics=metrics)
-    server = serve(metrics.registry, job.health, free_port())
+    watch, scraping = _Stopwatch(), _Stopwatch()
+    _timed_metrics(metrics, watch)
+    timed = _TimedJob(spark, settings, metrics=metrics)
+    timed.watch = watch
+    server = serve(metrics.registry, timed.health, free_port())
     assert server is not None
     done = threading.Event()
     scrapes = 0
+
+    def get(path: str) -> None:
+        try:
+            with urllib.request.urlopen(f"http://{server.address}{path}", timeout=5) as answer:
+                answer.read()
+        except OSError:  # 503 while starting counts too: it was answered
+            pass
+
+    timed_get = scraping.wrap(get)
 
     def scrape() -> None:
         nonlocal scrapes
         while not done.wait(SCRAPE_EVERY_S):
             for path in ("/metrics", "/healthz"):
-                try:
-                    with urllib.request.urlopen(f"http://{server.address}{path}", timeout=5) as answer:
-                        answer.read()
-                except OSError:  # 503 while starting counts too: it was answered
-                    pass
+                timed_get(path)
             scrapes += 1
 
     scraper = threading.Thread(target=scrape, daemon=True)
     scraper.start()
     started = time.monotonic()
     try:
-        job.replay()
+        timed.replay()
         seconds = time.monotonic() - started
     finally:
         done.set()
         scraper.join()
         server.stop()
-        job.close()
-    return seconds, scrapes
+        timed.close()
+    return seconds, scrapes, watch.seconds, scraping.seconds
 
 
 def measure_metrics_cost(
@@ -116,17 +182,22 @@ def measure_metrics_cost(
     off: list[float] = []
     on: list[float] = []
     scrapes = 0
+    work_s = scrape_s = 0.0
     for n in range(pairs):
         for with_metrics in (False, True) if n % 2 == 0 else (True, False):
             checkpoint = folder / f"{prefix}-{n}-{'on' if with_metrics else 'off'}"
-            seconds, answered = _replay(spark, bootstrap, prefix, checkpoint, per_batch, with_metrics)
+            seconds, answered, work, scraped = _replay(
+                spark, bootstrap, prefix, checkpoint, per_batch, with_metrics
+            )
             (on if with_metrics else off).append(seconds)
             scrapes += answered
+            work_s += work
+            scrape_s += scraped
             progress(
                 f"bench: metrics {'on' if with_metrics else 'off'}, pair {n + 1} of {pairs}: "
                 f"{messages / seconds:,.0f} msg/s"
             )
-    return MetricsCost(messages, tuple(off), tuple(on), scrapes)
+    return MetricsCost(messages, tuple(off), tuple(on), scrapes, work_s, scrape_s)
 
 
 def main() -> None:
@@ -143,7 +214,9 @@ def main() -> None:
     print(
         f"metrics off: {result.rate(False):,.0f} msg/s (median of {len(result.off_s)}), "
         f"on: {result.rate(True):,.0f} msg/s, {result.scrapes} scrapes; pairs "
-        f"{', '.join(f'{r:+.1%}' for r in result.ratios)}; cost (their median) {result.cost:+.1%}"
+        f"{', '.join(f'{r:+.1%}' for r in result.ratios)}; cost (their median) {result.cost:+.1%}; "
+        f"the metrics' own work {result.work_s * 1000:,.0f} ms and scrapes {result.scrape_s * 1000:,.0f} ms "
+        f"over {sum(result.on_s):.1f} s: {result.work_share:.2%}"
     )
 
 
