@@ -57,9 +57,9 @@ from streaming.rules.model import normalize_address
 from streaming.spark.batch import BatchMetrics, BatchPlan
 from streaming.spark.checkpoint import drop_uncommitted_batch, holds_old_state, logged_batches
 from streaming.spark.decision import DecisionInputs, Snapshot
-from streaming.spark.metrics import Liveness, RouterMetrics, judge, partition_lag
+from streaming.spark.metrics import Liveness, RouterMetrics, judge
 from streaming.spark.output import Destinations
-from streaming.spark.progress import BatchReport, RunTotals, lag, source_offsets
+from streaming.spark.progress import BatchReport, RunTotals, lag, partition_lag, source_offsets
 from streaming.spark.requests import OutstandingRequests
 from streaming.spark.rotation import RotationStore
 from streaming.spark.snapshot import RouteSnapshots

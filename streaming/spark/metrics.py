@@ -112,6 +112,10 @@ class HeldFigures:
             return self._messages[instance], self._conversations[instance], oldest
 
 
+HELD = ("router_delayed_messages", "router_delayed_conversations", "router_delayed_oldest_seconds")
+"""The delayed gauges, in the order of `HeldFigures.figures`."""
+
+
 class _HeldCollector(Collector):
     """The delayed gauges, read from `HeldFigures` at each scrape: the oldest's wait grows between batches."""
 
@@ -120,8 +124,7 @@ class _HeldCollector(Collector):
         self.instances = tuple(instances)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        names = ("router_delayed_messages", "router_delayed_conversations", "router_delayed_oldest_seconds")
-        families = [GaugeMetricFamily(name, _help(name), labels=["instance"]) for name in names]
+        families = self._families()
         if self.held.is_ready:
             now = time.time()
             for instance in self.instances:
@@ -130,8 +133,11 @@ class _HeldCollector(Collector):
         yield from families
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
-        names = ("router_delayed_messages", "router_delayed_conversations", "router_delayed_oldest_seconds")
-        return iter([GaugeMetricFamily(name, _help(name), labels=["instance"]) for name in names])
+        return iter(self._families())
+
+    @staticmethod
+    def _families() -> list[GaugeMetricFamily]:
+        return [GaugeMetricFamily(name, _help(name), labels=["instance"]) for name in HELD]
 
 
 def build_labels() -> dict[str, str]:
@@ -254,27 +260,6 @@ class RouterMetrics:
             self.snapshot_routes.labels(instance).set(routes.get(instance, 0))
             self.snapshot_changed.labels(instance).set(changed_at)
             self.snapshot_info.labels(instance).info({"version": version})
-
-
-def partition_lag(progress: Mapping[str, object], topics: Iterable[str]) -> dict[tuple[str, int], int]:
-    """Records of each partition of `topics` available when a batch was planned and not in it.
-
-    From Spark's progress report of the batch (`latestOffset` and `endOffset` of its Kafka sources),
-    as `streaming.spark.progress.lag` sums them.
-    """
-    wanted = set(topics)
-    out: dict[tuple[str, int], int] = {}
-    for source in progress.get("sources") or ():  # type: ignore[attr-defined]
-        latest, end = source.get("latestOffset"), source.get("endOffset")
-        if not isinstance(latest, dict) or not isinstance(end, dict):
-            continue
-        for topic, partitions in latest.items():
-            if topic not in wanted or not isinstance(partitions, dict):
-                continue
-            done = end.get(topic) or {}
-            for partition, offset in partitions.items():
-                out[(topic, int(partition))] = max(0, int(offset) - int(done.get(partition, 0)))
-    return out
 
 
 # --- health -----------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ them costs nothing. Batches with nothing to route get few lines (`ProgressLines`
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,19 +157,27 @@ def source_offsets(progress: Mapping[str, Any]) -> dict[tuple[str, int], int]:
     return offsets
 
 
-def lag(progress: Mapping[str, Any], topics: set[str]) -> int | None:
-    """Records of `topics` available when the batch was planned and not in it (Spark's latestOffset)."""
-    total = 0
-    seen = False
+def partition_lag(progress: Mapping[str, Any], topics: Iterable[str]) -> dict[tuple[str, int], int]:
+    """Records of each partition of `topics` available when the batch was planned and not in it.
+
+    From Spark's progress report of the batch: its Kafka sources' `latestOffset` less `endOffset`.
+    """
+    wanted = set(topics)
+    out: dict[tuple[str, int], int] = {}
     for source in progress.get("sources") or ():
         latest, end = source.get("latestOffset"), source.get("endOffset")
         if not isinstance(latest, dict) or not isinstance(end, dict):
             continue
         for topic, partitions in latest.items():
-            if topic not in topics or not isinstance(partitions, dict):
+            if topic not in wanted or not isinstance(partitions, dict):
                 continue
-            seen = True
             done = end.get(topic) or {}
             for partition, offset in partitions.items():
-                total += max(0, int(offset) - int(done.get(partition, 0)))
-    return total if seen else None
+                out[(topic, int(partition))] = max(0, int(offset) - int(done.get(partition, 0)))
+    return out
+
+
+def lag(progress: Mapping[str, Any], topics: Iterable[str]) -> int | None:
+    """Records of `topics` available when the batch was planned and not in it; None when none was read."""
+    by_partition = partition_lag(progress, topics)
+    return sum(by_partition.values()) if by_partition else None

@@ -16,8 +16,9 @@ from streaming.errors import ConfigError
 from streaming.kafka.embedded import free_port
 from streaming.observe.server import Health, MetricsServer, new_registry, serve
 from streaming.spark.batch import BatchMetrics, Counted
-from streaming.spark.metrics import METRICS, HeldFigures, Liveness, RouterMetrics, judge, partition_lag
+from streaming.spark.metrics import METRICS, HeldFigures, Liveness, RouterMetrics, judge
 from streaming.spark.output import COUNT_KEY_SEPARATOR
+from streaming.spark.progress import partition_lag
 
 
 def key(*parts: str) -> str:
