@@ -541,7 +541,7 @@ class RouterJob:
             self.metrics.batch(metrics, seconds, finished)
             self.metrics.snapshot(snapshot.version, self.snapshots.active, self.snapshots.taken_at)
             if self._held is not None:
-                self.metrics.held.add(self._held.take())
+                self.metrics.held.add(str(self._held.take()).splitlines())
         report = BatchReport(batch_id, metrics, seconds, snapshot.version, started=started, decided_ms=now_ms)
         with self._lock:
             self._reports[batch_id] = report

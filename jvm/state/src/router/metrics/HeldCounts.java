@@ -1,8 +1,6 @@
 package router.metrics;
 
-import java.util.ArrayList;
 import java.util.HashMap;
-import java.util.List;
 import java.util.Map;
 
 import org.apache.spark.SparkContext;
@@ -103,15 +101,16 @@ public final class HeldCounts extends AccumulatorV2<HeldCounts.Change, Map<Strin
   }
 
   /**
-   * The changes summed since the last take, as {@code key NUL count} strings, and the sum cleared
-   * (on the driver, between micro-batches).
+   * The changes summed since the last take, one {@code key NUL count} line each, and the sum
+   * cleared (on the driver, between micro-batches). One string: the driver reads it in one call
+   * through py4j, where a list costs a call per element.
    */
-  public synchronized List<String> take() {
-    List<String> out = new ArrayList<>(counts.size());
+  public synchronized String take() {
+    StringBuilder out = new StringBuilder();
     for (Map.Entry<String, Long> e : counts.entrySet()) {
-      out.add(e.getKey() + SEP + e.getValue());
+      out.append(e.getKey()).append(SEP).append(e.getValue()).append('\n');
     }
     counts = new HashMap<>();
-    return out;
+    return out.toString();
   }
 }
