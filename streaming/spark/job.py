@@ -434,6 +434,9 @@ class RouterJob:
             held.ready()  # a new checkpoint holds nothing
             return
         last = max(committed)
+        # Spark's state data source finds the state store's coordinator only once the session's
+        # streaming query manager exists: in a new process, before the query starts, it does not.
+        _ = self.spark.streams
 
         def read() -> None:
             try:

@@ -319,6 +319,19 @@ def test_the_metrics_count_what_the_run_prints_while_it_runs_and_after(
         bootstrap, [i1_out]
     )
     assert committed.batch is not None and committed.at_ms is not None
+    # A restart in a new process reads what the state holds delayed from the checkpoint first
+    # (the gauges appear once it has): nothing, everything having been released.
+    router = start(settings, log, port, started)
+    wait_for(
+        lambda: health(port)[0] == 200 and ("router_delayed_messages", (("instance", "i1"),)) in scrape(port),
+        300,
+        "the delayed gauges after a restart",
+        router,
+        log,
+    )
+    assert total(scrape(port), "router_delayed_messages", instance="i1") == 0
+    output = stop(router, log)
+    assert "could not read the delayed messages" not in output, output[-3000:]
 
 
 @pytest.mark.fault
