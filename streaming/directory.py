@@ -58,6 +58,7 @@ from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import decode_message
 from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import ClientValue, Kafka, bootstrap_of, client_config
+from streaming.kafka.consuming import TAKEOVER_SESSION_MS
 from streaming.observe.directory_metrics import (
     ERROR,
     MALFORMED,
@@ -72,7 +73,7 @@ from streaming.observe.server import DEFAULT_HOST, Health, MetricsServer, new_re
 from streaming.observe.services import HEALTH_BOUND_S, LoopWatch, ask_kafka
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, MISSING_ROUTE_MESSAGE_TYPE, Instance, Route
 from streaming.tables.records import RequestRecord
-from streaming.tables.topic_io import produce_records, put_route
+from streaming.tables.topic_io import RecordWriter, produce_records, route_record
 from streaming.tables.validate import ADDRESS_MAX as SERVICE_NAME_MAX
 from streaming.tables.validate import (
     SYSNAME_MAX,
@@ -247,6 +248,8 @@ class DirectoryService:
         self.routes_topic = topics.routes_topic(prefix)
         self.requests_topic = topics.requests_topic(instance.name, prefix)
         self.group = group or f"router-directory-{instance.name}"
+        self._writer: RecordWriter | None = None
+        """The producer of the answers while `serve` runs."""
         self.answered = 0
         self.figures = DirectoryFigures()
         labels = {"instance": instance.name, "service": BROKER_CONFIGURATION_SERVICE}
@@ -281,8 +284,11 @@ class DirectoryService:
     def serve(self, stop: threading.Event) -> int:
         """Answer every request on the queues until `stop` is set; return how many were answered."""
         ensure_topics(self.kafka, self.queues)
+        ensure_topics(self.kafka, [self.routes_topic, self.requests_topic], compacted=True)
+        self._writer = RecordWriter(self.kafka)
         settings: dict[str, ClientValue] = {
             "group.id": self.group,
+            "session.timeout.ms": TAKEOVER_SESSION_MS,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
         }
@@ -318,6 +324,8 @@ class DirectoryService:
         finally:
             self.watch.stop("the service has stopped")  # kept only when no failure said why
             consumer.close()
+            self._writer.close()
+            self._writer = None
         return self.answered
 
     def take(self, record: KafkaMessage) -> Answer | None:
@@ -361,12 +369,19 @@ class DirectoryService:
         """B6: create the route when the directory lists the service, then end the request's dialog."""
         route = self.directory.route_for(service, scope, datetime.now(timezone.utc))
         if route is not None:
-            put_route(self.kafka, self.instance.name, route, self.routes_topic)
+            self._write(self.routes_topic, [route_record(self.instance.name, route)])
             answer = Answer(scope, service, request_id, route)
             how = f"route {route.name}"
         else:
             answer = Answer(scope, service, request_id, None, f"{service} is not in the directory")
             how = f"error: {answer.error}"
         end = RequestRecord(self.instance.name, scope, service, False, request_id, how)
-        produce_records(self.kafka, self.requests_topic, [(end.key(), end.value(), None)])
+        self._write(self.requests_topic, [(end.key(), end.value(), None)])
         return answer
+
+    def _write(self, topic: str, records: list[tuple[bytes, bytes, None]]) -> None:
+        """Write and wait: with the serving loop's producer, or one of its own outside the loop."""
+        if self._writer is not None:
+            self._writer.write(topic, records)
+        else:
+            produce_records(self.kafka, topic, records)

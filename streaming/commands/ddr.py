@@ -12,6 +12,12 @@ One line per message answered; Ctrl-C or SIGTERM stops it, and a new start goes 
 stopped (the dialogs and their mappings are in the store file). See `streaming/ddr.py` for the
 file's format and what the service does.
 
+Two copies on one `--store` are a service and its standby: the second says so, starts its Spark
+session, and waits; when the first stops or dies it takes the store over (its dialogs, what they
+await acks for, its mappings) and the queue with it, within about 10 s of a kill. One process
+serves a store at a time (a lock beside it), so the copies run on one machine, or on a shared
+file system whose locks work across machines.
+
 `--metrics-port PORT` serves Prometheus metrics at /metrics (messages answered by what was done,
 classifications: `router_ddr_*`; the service's endpoint: `router_endpoint_*`) and a health check
 at /healthz (200 while it polls its queue and Kafka answers, 503 with the reason otherwise).
@@ -76,6 +82,7 @@ def run_check(args: argparse.Namespace) -> int:
 def run_serve(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C or SIGTERM."""
     from streaming.ddr import RoutingService, load_routing_service
+    from streaming.endpoint.store import StoreInUse, store_holder, wait_for_store
     from streaming.spark.classifier import Classifier
     from streaming.spark.session import build_session
 
@@ -84,18 +91,32 @@ def run_serve(args: argparse.Namespace) -> int:
         build_session("router-ddr", shuffle_partitions=1), config.classifier, str(args.file)
     )
     store = args.store or Path(".state/endpoints") / f"{args.instance}.{config.database}.{config.service}.db"
-    service = RoutingService(
-        kafka_from(args),
-        args.instance,
-        config,
-        classifier.classify_received,
-        store=store,
-        prefix=args.topic_prefix,
-        on_answer=lambda line: print(line, flush=True),
-        metrics_port=args.metrics_port,
-        metrics_host=args.metrics_host,
-    )
     stop = stop_on_signals()
+    kafka = kafka_from(args)
+    holder = store_holder(store)
+    if holder is not None:
+        print(f"standby: process {holder} serves {store}; this copy takes over when it stops", flush=True)
+    while True:
+        if not wait_for_store(store, stop):
+            print("stopped while standing by; 0 message(s) answered", flush=True)
+            return 0
+        try:
+            service = RoutingService(
+                kafka,
+                args.instance,
+                config,
+                classifier.classify_received,
+                store=store,
+                prefix=args.topic_prefix,
+                on_answer=lambda line: print(line, flush=True),
+                metrics_port=args.metrics_port,
+                metrics_host=args.metrics_host,
+            )
+            break
+        except StoreInUse:
+            continue  # another standby took it first: wait for that one
+    if holder is not None:
+        print(f"taking over {store}: its dialogs, their unacknowledged messages and its queue", flush=True)
     print(
         f"{config.service} ({config.mode.value}) on {service.endpoint.queue}, store {store}; Ctrl-C stops",
         flush=True,

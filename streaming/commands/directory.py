@@ -10,6 +10,11 @@ the table that asked and ends the request; for any other, it ends the request wi
 router routes the waiting conversations again at their next retry. One line per answer; Ctrl-C
 or SIGTERM stops it. See `streaming/directory.py` for the file's format.
 
+Copies started with the same `--group` share the queues as one consumer group: each request is
+answered by one of them, and when one is killed the others are given its queues within about 10 s
+(its group session) and answer what it had not committed (answering a request twice creates the
+same route and ends the same request again).
+
 `--metrics-port PORT` serves Prometheus metrics at /metrics (requests answered by result, records
 left unanswered by reason, when it last answered: `router_directory_*`) and a health check at
 /healthz (200 while it polls its queues and Kafka answers, 503 with the reason otherwise).

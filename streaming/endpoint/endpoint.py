@@ -27,7 +27,8 @@ What it does for the service (spec §1.8, §1.15, §1.16):
 
 The endpoint works when the service calls it (`receive`, `pump`, `wait_acknowledged`): a service
 that only sends calls `pump` now and then so that acks are taken and resends go out. One process
-per store file; two processes on one store would each resend what the other sent.
+serves a store file at a time: a second one on the same store is refused with `StoreInUse` (two
+would each resend what the other sent), and may wait for it as a standby (`wait_for_store`).
 
 Given `metrics_port`, the endpoint serves `/metrics` and `/healthz` on it (on `metrics_host`,
 127.0.0.1 by default) until it is closed (`streaming.observe.server`): its counts and its store's
@@ -78,7 +79,7 @@ from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
 from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import Kafka, client_config
-from streaming.kafka.consuming import take_arrived
+from streaming.kafka.consuming import TAKEOVER_SESSION_MS, take_arrived
 from streaming.observe.server import DEFAULT_HOST, Health, MetricsServer, new_registry, serve
 from streaming.observe.services import HEALTH_BOUND_S, LoopWatch, ask_kafka
 from streaming.rules.model import CURRENT_DATABASE, Database, canonical_guid
@@ -243,9 +244,10 @@ class Endpoint:
         self._producer = Producer(
             client_config(kafka, **{"enable.idempotence": True, "linger.ms": 5}), logger=_LIBRDKAFKA_LOG
         )
-        consumer_settings: dict[str, str | bool] = {
+        consumer_settings: dict[str, str | bool | int] = {
             # The queue topic names the prefix too: two deployments on one cluster never share a group.
             "group.id": f"router-endpoint.{self.queue}",
+            "session.timeout.ms": TAKEOVER_SESSION_MS,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
         }

@@ -18,11 +18,22 @@ Tables:
 
 A dialog's rows are removed once both sides ended it (or it failed and this side ended it) and
 nothing of it awaits an ack, so the store holds only live dialogs (CL3).
+
+One process serves a store at a time: two would each resend what the other sent and take each
+other's queue. `DialogStore` holds an exclusive lock on `<store>.lock` (flock; the kernel releases it
+when the process ends, killed or not) and refuses a store another process holds (`StoreInUse`).
+A second copy of a service, started on the same store, is its standby: it waits with
+`wait_for_store` and takes over the dialogs, what they await acks for and their queue when the
+first one stops. The lock is the local file system's: both copies on one machine, or on a shared
+file system whose locks work across machines.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,6 +54,9 @@ from streaming.endpoint.protocol import (
     starts_dialog,
 )
 from streaming.errors import RouterError
+
+STANDBY_POLL_S = 0.5
+"""How often a standby copy asks whether the store it waits for is free."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS dialogs (
@@ -216,23 +230,99 @@ def _dialog(row: tuple[object, ...]) -> DialogRow:
     )  # fmt: skip
 
 
+class StoreInUse(RouterError):
+    """Another process serves the store (it holds the store's lock)."""
+
+    def __init__(self, path: Path, holder: int | None) -> None:
+        self.path = path
+        self.holder = holder
+        who = f"process {holder}" if holder is not None else "another process"
+        super().__init__(
+            f"{path}: the store is in use by {who}; one process serves a store at a time. "
+            "Stop that one, or give this endpoint a store of its own (a second copy of a routing "
+            "service on the same store waits as its standby: `router ddr serve`)"
+        )
+
+
+def lock_path(store: Path) -> Path:
+    """The file whose lock says which process serves `store`."""
+    return store.with_name(store.name + ".lock")
+
+
+def _lock(store: Path) -> int:
+    """Take the store's lock and write our pid in its file; StoreInUse when another process holds it."""
+    path = lock_path(store)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(fd)
+        os.close(fd)
+        raise StoreInUse(store, holder) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
+def _holder(fd: int) -> int | None:
+    try:
+        return int(os.pread(fd, 32, 0).decode().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def store_holder(store: str | Path) -> int | None:
+    """The pid of the process that serves `store` now, or None when no process does."""
+    path = lock_path(Path(store))
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder(fd) or -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def wait_for_store(store: str | Path, stop: threading.Event, poll_s: float = STANDBY_POLL_S) -> bool:
+    """Wait until no process serves `store` (its holder stopped or died); False when `stop` came first.
+
+    The store may be taken by another standby between this return and the caller's open: the open
+    then raises StoreInUse, and the caller waits again.
+    """
+    while store_holder(store) is not None:
+        if stop.wait(poll_s):
+            return False
+    return True
+
+
 class DialogStore:
-    """The SQLite file of one endpoint (see the module docstring)."""
+    """The SQLite file of one endpoint (see the module docstring), locked for this process."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = _lock(self.path)
         try:
             self._db = sqlite3.connect(str(self.path), isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
         except sqlite3.Error as exc:
+            os.close(self._lock_fd)
             raise RouterError(f"{self.path}: cannot open the endpoint's store: {exc}") from exc
 
     def close(self) -> None:
-        """Close the file (everything is committed already)."""
+        """Close the file (everything is committed already) and let another process serve it."""
         self._db.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing the descriptor releases the lock
+            self._lock_fd = -1
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

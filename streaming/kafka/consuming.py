@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, Message
 
+TAKEOVER_SESSION_MS = 10_000
+"""The group session of a service's consumer (the directory service, an endpoint): a copy killed
+without leaving its group holds its partitions this long before another copy of the service is
+given them. Kafka's default is 45 s; the broker accepts 6 s and more (`group.min.session.timeout.ms`),
+and a live copy sends a heartbeat every 3 s (librdkafka's default), so a busy copy is not dropped."""
+
 
 def take_arrived(consumer: Consumer, most: int, timeout_s: float) -> list[Message]:
     """Up to `most` records (or events), waiting at most `timeout_s` for the first of them."""

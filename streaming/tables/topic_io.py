@@ -69,6 +69,76 @@ def read_latest(
         return latest, reader.version
 
 
+class RecordWriter:
+    """One idempotent producer for a process's many small writes, each waited for (`write`).
+
+    A producer costs a connection and a producer id from the broker (a round trip or two): a
+    service that answers request after request keeps one instead of making one per answer.
+    """
+
+    def __init__(self, kafka: Kafka) -> None:
+        self.kafka = kafka
+        self._producer = Producer(
+            client_config(kafka, **{"enable.idempotence": True, "linger.ms": 5}),
+            logger=_LIBRDKAFKA_LOG,
+        )
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Send what is still buffered (briefly), then let the producer go."""
+        self._producer.flush(5)
+
+    def write(
+        self,
+        topic: str,
+        records: Iterable[tuple[bytes | None, bytes | None, Headers | None]],
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> int:
+        """Produce (key, value, headers) records to `topic` and wait until every one is acknowledged.
+
+        Returns how many were produced. A value of None is a tombstone. Raises KafkaUnavailable
+        when the broker does not acknowledge them all within `timeout`, RouterError when it refuses one.
+        """
+        producer, kafka = self._producer, self.kafka
+        failures: list[str] = []
+
+        def on_delivery(error: KafkaError | None, message: Message) -> None:
+            if error is not None:
+                failures.append(f"key {message.key()!r}: {error.str()}")
+
+        count = 0
+        try:
+            for key, value, headers in records:
+                while True:
+                    try:
+                        producer.produce(
+                            topic, value=value, key=key, headers=list(headers or ()), on_delivery=on_delivery
+                        )
+                        break
+                    except BufferError:
+                        producer.poll(0.1)
+                count += 1
+            remaining = producer.flush(timeout)
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"producing to {topic} at {bootstrap_of(kafka)}: {exc}") from exc
+        if remaining:
+            raise KafkaUnavailable(
+                f"producing to {topic} at {bootstrap_of(kafka)}: expected {count} records acknowledged "
+                f"within {timeout:g} s, {remaining} were not"
+            )
+        if failures:
+            raise RouterError(
+                f"producing to {topic} at {bootstrap_of(kafka)}: the broker refused {'; '.join(failures)}"
+            )
+        return count
+
+
 def produce_records(
     kafka: Kafka,
     topic: str,
@@ -76,46 +146,14 @@ def produce_records(
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
 ) -> int:
-    """Produce (key, value, headers) records to `topic` and wait until every one is acknowledged.
+    """`RecordWriter.write` with a producer of its own, for a one-off write."""
+    with RecordWriter(kafka) as writer:
+        return writer.write(topic, records, timeout=timeout)
 
-    Returns how many were produced. A value of None is a tombstone. Raises KafkaUnavailable when the
-    broker does not acknowledge them all within `timeout`, RouterError when it refuses one.
-    """
-    producer = Producer(
-        client_config(kafka, **{"enable.idempotence": True, "linger.ms": 5}),
-        logger=_LIBRDKAFKA_LOG,
-    )
-    failures: list[str] = []
 
-    def on_delivery(error: KafkaError | None, message: Message) -> None:
-        if error is not None:
-            failures.append(f"key {message.key()!r}: {error.str()}")
-
-    count = 0
-    try:
-        for key, value, headers in records:
-            while True:
-                try:
-                    producer.produce(
-                        topic, value=value, key=key, headers=list(headers or ()), on_delivery=on_delivery
-                    )
-                    break
-                except BufferError:
-                    producer.poll(0.1)
-            count += 1
-        remaining = producer.flush(timeout)
-    except KafkaException as exc:
-        raise KafkaUnavailable(f"producing to {topic} at {bootstrap_of(kafka)}: {exc}") from exc
-    if remaining:
-        raise KafkaUnavailable(
-            f"producing to {topic} at {bootstrap_of(kafka)}: expected {count} records acknowledged "
-            f"within {timeout:g} s, {remaining} were not"
-        )
-    if failures:
-        raise RouterError(
-            f"producing to {topic} at {bootstrap_of(kafka)}: the broker refused {'; '.join(failures)}"
-        )
-    return count
+def route_record(instance: str, route: Route) -> tuple[bytes, bytes, None]:
+    """The routes topic's record of one route of `instance` (create or replace)."""
+    return route_key(instance, route.scope, route.name).encode(), encode_route(route_to_record(route)), None
 
 
 # --- routes ----------------------------------------------------------------------------------------
@@ -183,12 +221,7 @@ def put_route(
 ) -> None:
     """Publish one route of `instance` as it is (create or replace), e.g. one a BCN service creates (B6)."""
     ensure_topics(kafka, [topic], compacted=True)
-    produce_records(
-        kafka,
-        topic,
-        [(route_key(instance, route.scope, route.name).encode(), encode_route(route_to_record(route)), None)],
-        timeout=timeout,
-    )
+    produce_records(kafka, topic, [route_record(instance, route)], timeout=timeout)
 
 
 @dataclass(frozen=True)

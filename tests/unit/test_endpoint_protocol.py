@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -27,7 +31,15 @@ from streaming.endpoint.protocol import (
     retry_wait_s,
     starts_dialog,
 )
-from streaming.endpoint.store import DialogClosed, DialogStore, Incoming, Pending
+from streaming.endpoint.store import (
+    DialogClosed,
+    DialogStore,
+    Incoming,
+    Pending,
+    StoreInUse,
+    store_holder,
+    wait_for_store,
+)
 
 A_BID = "0a0a0a0a-0000-0000-0000-000000000001"
 B_BID = "0b0b0b0b-0000-0000-0000-000000000002"
@@ -353,3 +365,44 @@ def test_over_any_channel_the_service_takes_each_message_once_and_in_order(
     finally:
         sender.close()
         receiver.close()
+
+
+def test_one_process_serves_a_store_and_a_standby_waits_until_it_stops(tmp_path: Path) -> None:
+    """A second process on a held store is refused with the holder's pid; a standby's wait ends
+    when the holder dies (killed: the kernel drops its lock), and then it opens the store."""
+    path = tmp_path / "shared.db"
+    assert store_holder(path) is None
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from streaming.endpoint.store import DialogStore;"
+            f" s = DialogStore({str(path)!r}); print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        assert store_holder(path) == holder.pid
+        with pytest.raises(StoreInUse, match=rf"in use by process {holder.pid}.*standby"):
+            DialogStore(path)
+        stop = threading.Event()
+        stop.set()
+        assert wait_for_store(path, stop, poll_s=0.01) is False, "a stopped standby gives up"
+        stop.clear()
+        waited: list[bool] = []
+        standby = threading.Thread(target=lambda: waited.append(wait_for_store(path, stop, poll_s=0.05)))
+        standby.start()
+        standby.join(0.5)
+        assert standby.is_alive(), "the standby waits while the holder lives"
+        holder.kill()
+        holder.wait()
+        standby.join(10)
+        assert waited == [True]
+    finally:
+        holder.kill()
+        holder.wait()
+    taken = DialogStore(path)
+    assert store_holder(path) == os.getpid()
+    taken.close()
+    assert store_holder(path) is None
