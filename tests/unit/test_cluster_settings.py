@@ -1,5 +1,5 @@
-"""What the router says and refuses for a Spark cluster, without one: the `router spark cluster`
-command's arguments, and how a worker's executors are found."""
+"""What the router says and refuses for a Spark cluster, without one: the executor lines, the
+`router spark cluster` command's arguments, and how a worker's executors are found."""
 
 from __future__ import annotations
 
@@ -8,7 +8,23 @@ import subprocess
 from pathlib import Path
 
 from streaming.cli import build_parser
+from streaming.spark.executors import change_line
 from streaming.spark.standalone import children
+
+
+def test_a_lost_executor_is_one_line_with_spark_s_reason() -> None:
+    line = change_line("removed\t3\tworker lost: 127.0.0.1:40123 got disassociated")
+    assert line == (
+        "Spark executor 3 lost (worker lost: 127.0.0.1:40123 got disassociated); its tasks run again "
+        "on the executors left, and the micro-batch goes on"
+    )
+    assert "(no reason given)" in str(change_line("removed\t4\t"))
+
+
+def test_a_joined_executor_names_its_host_and_cores_and_the_driver_s_own_is_not_said() -> None:
+    assert change_line("added\t5\t127.0.0.1\t1") == "Spark executor 5 joined on 127.0.0.1 (1 core(s))"
+    assert change_line("added\tdriver\tlocalhost\t2") is None
+    assert change_line("removed\tdriver\tstopped") is None
 
 
 def test_router_spark_cluster_takes_its_workers_port_and_folder() -> None:
