@@ -18,7 +18,9 @@ In order, on the same broker and the same kind of records (`bench.common`):
 6. memory (`bench.memory`): driver heap and state store after `--conversations` conversations,
    and once their kept choices have expired;
 7. latency under a fixed offered load (`bench.latency`), `router run` with its default trigger;
-8. route-change propagation and delayed-retry precision (`bench.timing`).
+8. route-change propagation and delayed-retry precision (`bench.timing`);
+9. scaling out (`bench.scaling`): the pass-through and the router on a Spark standalone cluster of
+   one worker, then two (1 core each), on the same records.
 
 It writes `results.json` (every figure), `RESULTS.md` (the figures, each aim met or not, the machine
 and versions) and `chart.png` (throughput per system; latency per offered load) into `--out-dir`.
@@ -47,6 +49,7 @@ from bench.memory import MemoryResult, measure_memory
 from bench.metrics_cost import PROMETHEUS_EVERY_S, SCRAPE_EVERY_S, MetricsCost, measure_metrics_cost
 from bench.profile import PASS_THROUGH_STEPS, Profile, profile_router, render_profile
 from bench.python_loop import LoopResult, python_loop
+from bench.scaling import Scaled, measure_scaling, scaling_lines
 from bench.throughput import (
     SUSTAINED,
     WARM_UPS,
@@ -123,14 +126,14 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="router-bench-"))
     try:
         with kafka(None) as bootstrap:
-            progress("bench: 1/8 the transport")
+            progress("bench: 1/9 the transport")
             prefix = new_prefix()
             source = prepare(bootstrap, prefix, 10, args.messages)
             copy = confluent_copy(bootstrap, source, f"{prefix}.copy", args.messages)
             consumed = consumer_performance(bootstrap, source, args.messages)
             produced = producer_performance(bootstrap, f"{prefix}.perf", args.messages, mean_message_size())
             spark = bench_session("router-bench")
-            progress("bench: 2/8 throughput: pass-through and router")
+            progress("bench: 2/9 throughput: pass-through and router")
             throughput = measure_throughput(
                 spark, bootstrap, folder, sizes, args.messages, args.per_batch, args.warm_ups
             )
@@ -140,14 +143,14 @@ def main() -> None:
                 sustained = measure_once(spark, bootstrap, folder, 10, args.sustained, args.per_batch)
             progress("bench: the router with metrics on and off, on the same records")
             metrics = measure_metrics_cost(spark, bootstrap, folder, args.messages, args.per_batch)
-            progress("bench: 3/8 where the router's CPU goes")
+            progress("bench: 3/9 where the router's CPU goes")
             # Warm from the throughput runs: one warm-up, for the recorder's own start.
             profile = profile_router(spark, bootstrap, folder, args.messages, args.per_batch, 1, 2)
-            progress("bench: 4/8 the Python loop")
+            progress("bench: 4/9 the Python loop")
             prefix = new_prefix()
             source = prepare(bootstrap, prefix, 10, args.messages)
             loop = python_loop(bootstrap, source, prefix, args.messages, routes_for(10))
-            progress(f"bench: 5/8 the router with {args.late:.0%} of the conversations delayed")
+            progress(f"bench: 5/9 the router with {args.late:.0%} of the conversations delayed")
             delayed_warm_ups = min(args.warm_ups, 1)
             if delayed_warm_ups:
                 # Delayed and released messages take code the plain runs did not (the delayed
@@ -159,13 +162,16 @@ def main() -> None:
             delayed = run_delayed(
                 spark, bootstrap, folder, args.messages, args.per_batch, args.late, args.retry
             )
-            progress(f"bench: 6/8 memory with {args.conversations:,} conversations")
+            progress(f"bench: 6/9 memory with {args.conversations:,} conversations")
             memory = measure_memory(spark, bootstrap, args.conversations, args.keep, folder)
             spark.stop()  # the next two run `router run` in processes of their own
-            progress("bench: 7/8 latency under a fixed offered load")
+            progress("bench: 7/9 latency under a fixed offered load")
             latency = measure_latency(bootstrap, rates, args.duration)
-            progress("bench: 8/8 route-change propagation and delayed-retry precision")
+            progress("bench: 8/9 route-change propagation and delayed-retry precision")
             timing = measure_timing(bootstrap)
+            progress("bench: 9/9 scaling out: a standalone cluster of one worker, then two")
+            scale = {"messages": 20_000, "per_batch": 10_000} if args.quick else {}
+            scaling = measure_scaling(bootstrap, folder / "scaling", **scale)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     figures: dict[str, Any] = {
@@ -209,6 +215,14 @@ def main() -> None:
         "route_change_ms": timing.route_change.propagation_ms,
         "first_route_change_ms": timing.first_change.propagation_ms if timing.first_change else None,
         "retry": asdict(timing.retry),
+        "scaling": [
+            {
+                "workers": r.workers,
+                "passthrough_msg_s": r.measurement.passthrough_rate,
+                "router_msg_s": r.measurement.router_rate,
+            }
+            for r in scaling
+        ],
     }
     out: Path = args.out_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -223,7 +237,9 @@ def main() -> None:
     }
     chart_latency = {f"{r.target_rate:,.0f} msg/s": r.percentiles() for r in latency.results}
     render_chart(chart_rates, chart_latency, out / "chart.png", title=f"ssb-kafka-router, {started:%Y-%m-%d}")
-    report = render(figures, throughput, profile, loop, delayed, memory, latency, timing, sustained, metrics)
+    report = render(
+        figures, throughput, profile, loop, delayed, memory, latency, timing, sustained, metrics, scaling
+    )
     (out / "RESULTS.md").write_text(report, encoding="utf-8")
     print(report)
 
@@ -321,6 +337,7 @@ def render(
     timing: TimingRun,
     sustained: Measurement | None = None,
     metrics: MetricsCost | None = None,
+    scaling: list[Scaled] | None = None,
 ) -> str:
     """bench/RESULTS.md from one run's figures."""
     s = figures["settings"]
@@ -489,7 +506,7 @@ def render(
         f"max {retry.max_ms:,.0f} ms) | "
         f"{_met(retry.decided_max_ms <= trigger_ms and retry.released == retry.messages)} |"
     )
-    lines += ["", "![throughput and latency](chart.png)", ""]
+    lines += ["", *scaling_lines(scaling or []), "![throughput and latency](chart.png)", ""]
     return "\n".join(lines)
 
 

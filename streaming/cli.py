@@ -11,6 +11,7 @@ from streaming.errors import RouterError
 # Each module exposes `register(subparsers)`, which adds its sub-command and sets `func`.
 COMMANDS = (
     "kafka",
+    "spark",
     "routes",
     "catalogs",
     "mirrors",

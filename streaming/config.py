@@ -34,6 +34,7 @@ settings (security, bootstrap): those would reach Spark alone. Secrets are never
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,6 +195,7 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     raw = _read(path, overrides)
     where = str(path) if path is not None else "settings"
     names = _instances(raw, where)
+    _check_checkpoint_path(str(raw.get("checkpoint_dir", "")), where)
     instance = names[0]
     try:
         settings = Settings(
@@ -230,3 +232,19 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     except ConfigError as exc:
         raise ConfigError(f"{where}: topic_prefix: {exc}") from exc
     return settings
+
+
+def _check_checkpoint_path(given: str, where: str) -> None:
+    """Refuse a checkpoint_dir given as a URL (`hdfs://`, `s3a://`, `file:`): it must be a plain path.
+
+    The driver reads and repairs the checkpoint as files of its own machine (its offset and commit
+    logs, the rotation counters: `streaming.spark.checkpoint`), where a URL is no path. On a cluster
+    the executors write the state store into the same folder, so it is a folder every node mounts
+    at the same path.
+    """
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]+:", given):
+        raise ConfigError(
+            f"{where}: checkpoint_dir: expected a path of the driver's file system, got the URL {given!r}; "
+            "the driver reads and repairs the checkpoint as local files, so on a Spark cluster give a "
+            "folder that every node mounts at the same path (NFS, say)"
+        )

@@ -57,6 +57,7 @@ from streaming.rules.model import normalize_address
 from streaming.spark.batch import BatchMetrics, BatchPlan
 from streaming.spark.checkpoint import drop_uncommitted_batch, holds_old_state, logged_batches
 from streaming.spark.decision import DecisionInputs, Snapshot
+from streaming.spark.executors import ExecutorWatch
 from streaming.spark.metrics import Liveness, RouterMetrics, judge
 from streaming.spark.output import Destinations
 from streaming.spark.progress import BatchReport, RunTotals, lag, partition_lag, source_offsets
@@ -173,6 +174,8 @@ class RouterJob:
         )
         if count_jobs and spark._jvm is not None:
             self._counter = spark._jvm.router.metrics.BatchJobs.install(spark._jsc.sc())
+        self.executors = ExecutorWatch(spark, log)
+        """Says each executor lost or joined on a cluster, in a line (`streaming.spark.executors`)."""
 
     # --- what a run routed --------------------------------------------------------------------
 
@@ -249,6 +252,7 @@ class RouterJob:
         try:
             while query.isActive and not stop.is_set():
                 stop.wait(0.2)
+                self.executors.report()
                 self._report(query, on_batch)
                 if self.metrics is not None:
                     self._late(time.time())
@@ -284,6 +288,7 @@ class RouterJob:
         finished = False
         try:
             while query.isActive:
+                self.executors.report()
                 self._report(query, on_batch)
                 if stop is not None and stop.is_set():
                     finished = True

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import pytest
 from processes import kill
 
+from streaming.spark.standalone import StandaloneCluster
+
 
 @pytest.fixture
 def started() -> Iterator[list[subprocess.Popen[bytes]]]:
@@ -17,3 +19,10 @@ def started() -> Iterator[list[subprocess.Popen[bytes]]]:
     for process in processes:
         if process.poll() is None:
             kill(process)
+
+
+@pytest.fixture
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A Spark standalone master and two workers (1 core, 1 GiB each) on 127.0.0.1, stopped at the end."""
+    with StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2) as cluster:
+        yield cluster

@@ -1,0 +1,63 @@
+"""What the router says and refuses for a Spark cluster, without one: the executor lines, the
+checkpoint path, the `router spark cluster` command's arguments, and how a worker's executors are
+found."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from streaming.cli import build_parser
+from streaming.config import load_settings
+from streaming.errors import ConfigError
+from streaming.spark.executors import change_line
+from streaming.spark.standalone import children
+
+
+def test_a_lost_executor_is_one_line_with_spark_s_reason() -> None:
+    line = change_line("removed\t3\tworker lost: 127.0.0.1:40123 got disassociated")
+    assert line == (
+        "Spark executor 3 lost (worker lost: 127.0.0.1:40123 got disassociated); its tasks run again "
+        "on the executors left, and the micro-batch goes on"
+    )
+    assert "(no reason given)" in str(change_line("removed\t4\t"))
+
+
+def test_a_joined_executor_names_its_host_and_cores_and_the_driver_s_own_is_not_said() -> None:
+    assert change_line("added\t5\t127.0.0.1\t1") == "Spark executor 5 joined on 127.0.0.1 (1 core(s))"
+    assert change_line("added\tdriver\tlocalhost\t2") is None
+    assert change_line("removed\tdriver\tstopped") is None
+
+
+@pytest.mark.parametrize("url", ["hdfs://namenode:8020/router/i1", "s3a://bucket/router/i1", "file:/data/i1"])
+def test_a_checkpoint_given_as_a_url_is_refused_with_the_reason(url: str, tmp_path: Path) -> None:
+    settings = tmp_path / "router.yaml"
+    settings.write_text(f"instance: i1\ncheckpoint_dir: {url}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="every node mounts at the same path") as refused:
+        load_settings(settings)
+    assert url in str(refused.value)
+
+
+def test_a_checkpoint_given_as_a_path_is_taken() -> None:
+    settings = load_settings(None, instance="i1", checkpoint_dir="/mnt/shared/router/i1")
+    assert settings.checkpoint_dir == Path("/mnt/shared/router/i1")
+
+
+def test_router_spark_cluster_takes_its_workers_port_and_folder() -> None:
+    args = build_parser().parse_args(
+        ["spark", "cluster", "--workers", "3", "--port", "0", "--state-dir", "x", "--memory", "2g"]
+    )
+    assert (args.workers, args.port, args.state_dir, args.memory, args.cores) == (3, 0, Path("x"), "2g", 1)
+
+
+def test_children_are_the_processes_a_process_started() -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert child.pid in children(os.getpid())
+        assert children(child.pid) == []
+    finally:
+        child.kill()
+        child.wait()
