@@ -88,8 +88,13 @@ def local_conf(jars: list[Path]) -> dict[str, str]:
     renames without `readlink` (a local rename is atomic, as the manager needs). A cluster keeps
     Hadoop's defaults and `spark.jars`: its checkpoint is on a shared file system, and its
     executors start without the router's jar.
+
+    In one JVM nothing outside the machine talks to the driver: its RPC and block manager listen on
+    127.0.0.1, not on the address the host name resolves to.
     """
     return {
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
         "spark.driver.extraClassPath": os.pathsep.join(str(p) for p in jars),
         "spark.hadoop.fs.file.impl": LOCAL_FILE_SYSTEM,
         "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,

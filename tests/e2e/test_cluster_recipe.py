@@ -28,7 +28,7 @@ from streaming.kafka.embedded import free_port
 from streaming.rules.model import Route
 from streaming.tables.topic_io import put_route
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.fault]  # a cluster to start: minutes, not seconds
 
 SECTION = "### On a Spark cluster"
 
