@@ -49,6 +49,7 @@ from streaming.kafka.admin import (
     create_destination_topics,
     end_offsets,
     ensure_topics,
+    replication_of,
 )
 from streaming.kafka.client_log import collapse_outages
 from streaming.kafka.progress_group import ProgressGroups
@@ -124,16 +125,22 @@ class RouterJob:
         self.settings = settings
         self.topology = t = load_topology(settings)
         kafka = settings.kafka
-        ensure_topics(kafka, [*t.outbound, *t.inbound, *t.dropped, *t.deadletter])
-        ensure_topics(kafka, t.delayed, config={"message.timestamp.type": "LogAppendTime"})
+        # Asked once: the topics of the whole run get these replicas, even one created while a broker
+        # is away (its creation then fails as Kafka unavailable, rather than make it with fewer).
+        self.replication = replicas = replication_of(kafka)
+        ensure_topics(kafka, [*t.outbound, *t.inbound, *t.dropped, *t.deadletter], replication=replicas)
+        ensure_topics(
+            kafka, t.delayed, config={"message.timestamp.type": "LogAppendTime"}, replication=replicas
+        )
         ensure_topics(
             kafka,
             [topics.routes_topic(t.prefix), topics.mirrors_topic(t.prefix), *t.choices, *t.requests],
             compacted=True,
+            replication=replicas,
         )
         # Route nothing before the whole routes topic has been read once.
         self.snapshots = RouteSnapshots(
-            spark, settings, t, lambda names: create_destination_topics(kafka, names)
+            spark, settings, t, lambda names: create_destination_topics(kafka, names, replication=replicas)
         )
         self.requests = OutstandingRequests(settings, t)
         self.totals = RunTotals()

@@ -25,7 +25,7 @@ from streaming.errors import ConfigError, KafkaUnavailable, MalformedRecord, Rou
 from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import catalog_to_record, encode_catalog, encode_route, route_to_record
 from streaming.kafka.client_log import librdkafka_log
-from streaming.kafka.connection import Kafka, bootstrap_of, client_config
+from streaming.kafka.connection import Kafka, bootstrap_of, producer_config
 from streaming.rules.model import Instance, MirrorRole, Route, normalize_address
 from streaming.tables.operations import (
     RouteChange,
@@ -82,7 +82,7 @@ def produce_records(
     broker does not acknowledge them all within `timeout`, RouterError when it refuses one.
     """
     producer = Producer(
-        client_config(kafka, **{"enable.idempotence": True, "linger.ms": 5}),
+        producer_config(kafka, **{"linger.ms": 5}),
         logger=_LIBRDKAFKA_LOG,
     )
     failures: list[str] = []
