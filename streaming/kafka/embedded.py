@@ -655,23 +655,28 @@ def embedded_cluster(state_dir: Path | str, brokers: int = 3) -> Iterator[list[E
     """A cluster of `brokers` embedded brokers, started in the caller's session and stopped at the end.
 
     Node 1 (`state_dir/node1`) is a broker and the cluster's one KRaft controller (a quorum of one
-    voter); nodes 2.. are brokers that join it. Each keeps its port for life, so that one stopped
-    and started again comes back where its clients knew it. The internal topics are replicated on
-    up to three of them (`EmbeddedKafka`'s `brokers`). The brokers stop before the controller.
+    voter); nodes 2.. are brokers that join it, started together once it runs. Each keeps its port
+    for life, so that one stopped and started again comes back where its clients knew it. The
+    internal topics are replicated on up to three of them (`EmbeddedKafka`'s `brokers`). The
+    brokers stop before the controller.
     """
     folder = Path(state_dir)
     ports: set[int] = set()
     with ExitStack() as stack:
         first = EmbeddedKafka(folder / "node1", port=_new_port(ports), brokers=brokers)
-        nodes = [first]
-        nodes += [
-            EmbeddedKafka(folder / f"node{n}", port=_new_port(ports), joins=first, node_id=n)
-            for n in range(2, brokers + 1)
-        ]
-        for node in nodes:
+        stack.callback(first.stop)
+        first.start(detach=False)
+        joining: list[tuple[EmbeddedKafka, int]] = []
+        for n in range(2, brokers + 1):
+            port = _new_port(ports)
+            node = EmbeddedKafka(folder / f"node{n}", port=port, joins=first, node_id=n)
             stack.callback(node.stop)
-            node.start(detach=False)
-        yield nodes
+            joining.append((node, port))
+        # Side by side: each takes 5-15 s to start, most of it its JVM's own work.
+        launched = [(node, port, node._launch(port, free_port(), detach=False)) for node, port in joining]
+        for node, port, (pid, bootstrap) in launched:
+            node._wait_until_ready(pid, port, bootstrap)
+        yield [first, *(node for node, _ in joining)]
 
 
 def _new_port(taken: set[int]) -> int:
