@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -51,6 +52,7 @@ from streaming.kafka.admin import (
     ensure_topics,
     replication_of,
 )
+from streaming.kafka.broker_watch import BrokerWatch, brokers_of
 from streaming.kafka.client_log import collapse_outages
 from streaming.kafka.progress_group import ProgressGroups
 from streaming.observe.server import Health
@@ -75,6 +77,9 @@ STOP_GRACE_S = 60.0
 
 KAFKA_PROBE_EVERY_S = 5.0
 """While micro-batches are late, how often `/healthz` has Kafka asked whether it answers."""
+
+BROKERS_CHECK_EVERY_S = 5.0
+"""How often `run` asks which brokers the cluster lists, to say when one goes away and comes back."""
 
 STOPPED = "router stop requested: the batch was left for the next start"
 """The message of the error a batch raises, before doing anything, once a stop was asked for."""
@@ -127,7 +132,12 @@ class RouterJob:
         kafka = settings.kafka
         # Asked once: the topics of the whole run get these replicas, even one created while a broker
         # is away (its creation then fails as Kafka unavailable, rather than make it with fewer).
-        self.replication = replicas = replication_of(kafka)
+        metadata = cluster_metadata(kafka)
+        self.replication = replicas = replication_of(kafka, metadata)
+        self._brokers = BrokerWatch(brokers_of(metadata))
+        self._brokers_asked_at = float("-inf")
+        self._brokers_admin: AdminClient | None = None
+        """The admin client `_watch_brokers` asks with, kept: a new one would knock at a broker away."""
         ensure_topics(kafka, [*t.outbound, *t.inbound, *t.dropped, *t.deadletter], replication=replicas)
         ensure_topics(
             kafka, t.delayed, config={"message.timestamp.type": "LogAppendTime"}, replication=replicas
@@ -257,6 +267,7 @@ class RouterJob:
             while query.isActive and not stop.is_set():
                 stop.wait(0.2)
                 self._report(query, on_batch)
+                self._watch_brokers()
                 if self.metrics is not None:
                     self._late(time.time())
         finally:
@@ -413,6 +424,29 @@ class RouterJob:
             self._kafka_note = None
         return late
 
+    def _watch_brokers(self) -> None:
+        """Ask, in a thread, at most every `BROKERS_CHECK_EVERY_S`, which brokers the cluster lists.
+
+        A broker of several that goes away, and its return, are a line each (`BrokerWatch`).
+        """
+        with self._lock:
+            if time.monotonic() - self._brokers_asked_at < BROKERS_CHECK_EVERY_S:
+                return
+            self._brokers_asked_at = time.monotonic()
+            if self._brokers_admin is None:
+                self._brokers_admin = admin_client(self.settings.kafka)
+            client = self._brokers_admin
+
+        def ask() -> None:
+            try:
+                # One topic's metadata: it lists every live broker, without every topic of the cluster.
+                metadata = client.list_topics(self.topology.outbound[0], timeout=BROKERS_CHECK_EVERY_S / 2)
+            except KafkaException:
+                return  # no broker answers: the clients' own outage line says so
+            self._brokers.seen(brokers_of(metadata), log)
+
+        threading.Thread(target=ask, name="router-broker-watch", daemon=True).start()
+
     def _probe_kafka(self) -> None:
         """Ask, in a thread, whether the cluster answers; its answer is `_kafka_note` (None: it does)."""
         with self._lock:
@@ -488,6 +522,7 @@ class RouterJob:
             self.requests.close()
         self.progress_groups.close()
         self._admin = None
+        self._brokers_admin = None
 
     def waiting(self) -> list[int]:
         """When each delayed message in the state store was delayed (epoch ms), as of the last batch."""
