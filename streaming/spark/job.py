@@ -134,7 +134,7 @@ class RouterJob:
         # is away (its creation then fails as Kafka unavailable, rather than make it with fewer).
         metadata = cluster_metadata(kafka)
         self.replication = replicas = replication_of(kafka, metadata)
-        self._brokers = BrokerWatch(brokers_of(metadata))
+        self._brokers = BrokerWatch(brokers_of(metadata), log, quiet_s=BROKERS_CHECK_EVERY_S)
         self._brokers_asked_at = float("-inf")
         self._brokers_admin: AdminClient | None = None
         """The admin client `_watch_brokers` asks with, kept: a new one would knock at a broker away."""
@@ -168,6 +168,7 @@ class RouterJob:
         self._admin: AdminClient | None = None
         """The admin client a replay asks for end offsets with (`_end_offsets`), kept until `close`."""
         self._outage = collapse_outages()
+        self._outage.one_broker = self._brokers.refused_line
         self.metrics = metrics
         self._held: Any = None
         """The state processor's `router.metrics.HeldCounts`, while the job keeps metrics."""
@@ -443,7 +444,7 @@ class RouterJob:
                 metadata = client.list_topics(self.topology.outbound[0], timeout=BROKERS_CHECK_EVERY_S / 2)
             except KafkaException:
                 return  # no broker answers: the clients' own outage line says so
-            self._brokers.seen(brokers_of(metadata), log)
+            self._brokers.seen(brokers_of(metadata))
 
         threading.Thread(target=ask, name="router-broker-watch", daemon=True).start()
 
@@ -523,6 +524,8 @@ class RouterJob:
         self.progress_groups.close()
         self._admin = None
         self._brokers_admin = None
+        if self._outage.one_broker == self._brokers.refused_line:
+            self._outage.one_broker = None
 
     def waiting(self) -> list[int]:
         """When each delayed message in the state store was delayed (epoch ms), as of the last batch."""
