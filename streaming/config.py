@@ -14,6 +14,10 @@ A settings file is YAML; every key is optional but `instance`:
     keep_choice_s: 3600               # how long an unpinned conversation keeps its chosen route (K2); 0 = off
     kafka: {}                         # security: streaming/kafka/connection.py (every client uses it)
     kafka_options: {}                 # extra `kafka.*` tuning options for the Spark source and sink only
+    # replication_factor: 3           # replicas of each topic the router and its commands create
+                                      # (default: the cluster's brokers, up to 3, asked once at start)
+    # min_insync_replicas: 2          # replicas that must hold a write (default: replication_factor - 1,
+                                      # at least 1); existing topics are left as they are
     metrics_port: 0                   # serve /metrics and /healthz on this port (0: no server)
     metrics_host: 127.0.0.1           # where that server listens
     health_stale_s: 30                # /healthz is 503 when no micro-batch finished for this long
@@ -44,6 +48,7 @@ import yaml
 
 from streaming.errors import ConfigError
 from streaming.kafka.connection import KafkaConnection, check_no_connection_options, connection_from
+from streaming.kafka.durability import AskedReplication, durability_keys
 from streaming.topics import DEFAULT_PREFIX, check_prefix
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
@@ -68,6 +73,8 @@ _KNOWN = {
     "metrics_port",
     "metrics_host",
     "health_stale_s",
+    "replication_factor",
+    "min_insync_replicas",
 }
 _SECRET_WORDS = ("password", "secret", "jaas", "token", "key")
 
@@ -106,6 +113,11 @@ class Settings:
         if self.health_stale_s is not None:
             return self.health_stale_s
         return max(30.0, 10.0 * self.trigger_seconds)
+
+    @property
+    def replication(self) -> AskedReplication:
+        """`replication_factor` and `min_insync_replicas` (None: the default), held by the connection."""
+        return self.kafka.replication
 
     @property
     def instances(self) -> tuple[str, ...]:
@@ -158,7 +170,12 @@ def _connection(raw: Mapping[str, Any], where: str) -> KafkaConnection:
         return given
     if given is not None and not isinstance(given, Mapping):
         raise ConfigError(f"{where}: kafka: expected a mapping of connection settings, got {given!r}")
-    return connection_from(str(raw.get("bootstrap", DEFAULT_BOOTSTRAP)), given, where)
+    try:
+        replication = AskedReplication(raw.get("replication_factor"), raw.get("min_insync_replicas"))
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    bootstrap = str(raw.get("bootstrap", DEFAULT_BOOTSTRAP))
+    return connection_from(bootstrap, given, where, replication=replication)
 
 
 def load_connection(path: str | Path | None = None, bootstrap: str | None = None) -> KafkaConnection:
@@ -217,6 +234,12 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: a setting has the wrong type: {exc}") from exc
     check_no_connection_options(settings.kafka_options, where)
+    overriding = durability_keys(settings.kafka_options)
+    if overriding:
+        raise ConfigError(
+            f"{where}: kafka_options {overriding}: every producer of the router writes with acks=all and "
+            "idempotence, so that a broker's stop loses and repeats nothing; remove them"
+        )
     if settings.trigger_seconds <= 0 or settings.max_offsets_per_trigger <= 0:
         raise ConfigError(f"{where}: trigger_seconds and max_offsets_per_trigger must be positive")
     if not 0 <= settings.metrics_port < 65536:

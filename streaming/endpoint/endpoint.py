@@ -78,7 +78,7 @@ from streaming.errors import ConfigError, MalformedRecord
 from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
 from streaming.kafka.client_log import librdkafka_log
-from streaming.kafka.connection import Kafka, client_config
+from streaming.kafka.connection import Kafka, client_config, producer_config
 from streaming.kafka.consuming import TAKEOVER_SESSION_MS, take_arrived
 from streaming.observe.server import DEFAULT_HOST, Health, MetricsServer, new_registry, serve
 from streaming.observe.services import HEALTH_BOUND_S, LoopWatch, ask_kafka
@@ -241,9 +241,7 @@ class Endpoint:
         self.queue = topics.queue_topic(instance, database, service, prefix)
         ensure_topics(kafka, [self.outbound, self.queue])
         self.store = DialogStore(store)
-        self._producer = Producer(
-            client_config(kafka, **{"enable.idempotence": True, "linger.ms": 5}), logger=_LIBRDKAFKA_LOG
-        )
+        self._producer = Producer(producer_config(kafka, **{"linger.ms": 5}), logger=_LIBRDKAFKA_LOG)
         consumer_settings: dict[str, str | bool | int] = {
             # The queue topic names the prefix too: two deployments on one cluster never share a group.
             "group.id": f"router-endpoint.{self.queue}",

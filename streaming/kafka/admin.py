@@ -7,11 +7,17 @@ AdminClient leaves them pending for ever). A broker that does not answer raises
 `KafkaUnavailable`; a request the broker refuses raises `RouterError` naming the topic and the
 broker's reason. librdkafka's own log lines go to the `streaming.kafka.librdkafka` logger, not
 stderr.
+
+Topics are created replicated as the connection's settings ask (`replication_factor`,
+`min_insync_replicas`: streaming/kafka/durability.py), by default on as many brokers as the
+cluster has, up to 3. An existing topic is never changed: one with fewer replicas than asked is
+reported in one warning per topic and process, with the fix.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
@@ -22,6 +28,7 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, 
 from streaming.errors import KafkaUnavailable, RouterError
 from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import Kafka, bootstrap_of, client_config, connection_of
+from streaming.kafka.durability import Replication
 
 _LIBRDKAFKA_LOG = librdkafka_log()
 log = logging.getLogger("streaming.kafka.admin")
@@ -86,6 +93,65 @@ def broker_count(kafka: Kafka, timeout: float = 5.0) -> int:
     return len(cluster_metadata(kafka, timeout).brokers)
 
 
+def replication_of(
+    kafka: Kafka, metadata: ClusterMetadata | None = None, timeout: float = 10.0
+) -> Replication:
+    """How new topics are replicated on the cluster at `kafka`, as its connection's settings ask.
+
+    The default factor is the number of brokers `metadata` (else the cluster, asked now) lists, up
+    to 3. A job asks once, when it starts, and creates every topic of its run with the answer.
+    """
+    if metadata is None:
+        metadata = cluster_metadata(kafka, timeout)
+    return connection_of(kafka).replication.for_brokers(len(metadata.brokers))
+
+
+_reported: set[tuple[str, str]] = set()
+"""The (bootstrap, topic) pairs whose missing replicas were reported: once per process."""
+_reported_lock = threading.Lock()
+
+
+def _report_missing_replicas(
+    kafka: Kafka, metadata: ClusterMetadata, names: Iterable[str], replication: Replication
+) -> None:
+    """Warn, once per topic, about the existing topics among `names` with fewer replicas than asked."""
+    bootstrap = bootstrap_of(kafka)
+    for name in names:
+        topic = metadata.topics.get(name)
+        if topic is None or topic.error is not None or not topic.partitions:
+            continue
+        have = min(len(p.replicas) for p in topic.partitions.values())
+        if have >= replication.factor:
+            continue
+        with _reported_lock:
+            if (bootstrap, name) in _reported:
+                continue
+            _reported.add((bootstrap, name))
+        log.warning(
+            "topic %s at %s has %d replica(s) per partition where %d are asked (replication_factor), and "
+            "is left as it is: to add replicas, reassign its partitions with Kafka's tool "
+            "(kafka-reassign-partitions.sh --bootstrap-server %s --reassignment-json-file FILE --execute, "
+            "FILE naming %d brokers for each partition), then kafka-configs.sh --bootstrap-server %s "
+            "--alter --entity-type topics --entity-name %s --add-config min.insync.replicas=%d",
+            name,
+            bootstrap,
+            have,
+            replication.factor,
+            bootstrap,
+            replication.factor,
+            bootstrap,
+            name,
+            replication.min_insync,
+        )
+
+
+TOO_FEW_BROKERS = (
+    "the cluster has fewer brokers up than the replicas asked: start the brokers that are away, or set "
+    "replication_factor to at most the number of brokers the cluster has"
+)
+"""What a topic creation refused for its replication factor says to do."""
+
+
 def topic_names(kafka: Kafka, timeout: float = 10.0) -> set[str]:
     """Return the names of the cluster's topics, internal ones (`__consumer_offsets`) included."""
     return set(cluster_metadata(kafka, timeout).topics)
@@ -98,13 +164,18 @@ def _kafka_error(exc: KafkaException) -> KafkaError | None:
 
 
 def _result(future: Future[None], what: str, tolerated: int) -> bool:
-    """Wait for one admin future; return False when it failed with the tolerated error code."""
+    """Wait for one admin future; return False when it failed with the tolerated error code.
+
+    Too few brokers up for a new topic's replicas is KafkaUnavailable: a broker away is not a refusal.
+    """
     try:
         future.result()
     except KafkaException as exc:
         error = _kafka_error(exc)
         if error is not None and error.code() == tolerated:
             return False
+        if error is not None and error.code() == KafkaError.INVALID_REPLICATION_FACTOR:
+            raise KafkaUnavailable(f"{what}: {error.str()}; {TOO_FEW_BROKERS}") from exc
         if error is not None and error.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
             raise KafkaUnavailable(f"{what}: the broker did not answer: {error.str()}") from exc
         raise RouterError(f"{what}: the broker refused: {exc}") from exc
@@ -118,34 +189,39 @@ def ensure_topics(
     compacted: bool = False,
     *,
     config: Mapping[str, str] | None = None,
+    replication: Replication | None = None,
     timeout: float = 30.0,
 ) -> list[str]:
     """Create the topics that do not exist yet; return the names that were created.
 
     Idempotent: an existing topic is left as it is, except that asking for `compacted` topics when
     one exists without `cleanup.policy=compact` raises RouterError (a route table must not be
-    deleted by retention). Returns once every topic is in the metadata with a leader for each
-    partition. `config` adds topic settings (`segment.ms`, ...).
+    deleted by retention); one with fewer replicas than `replication` is reported once. Returns
+    once every topic is in the metadata with a leader for each partition. `config` adds topic
+    settings (`segment.ms`, ...). `replication` (default: `replication_of` the cluster now) gives
+    the new topics' replicas and `min.insync.replicas`; a cluster with too few brokers up for them
+    raises KafkaUnavailable.
     """
     wanted = list(dict.fromkeys(names))
     if partitions < 1:
         raise RouterError(f"expected at least 1 partition per topic, got {partitions}")
     if not wanted:
         return []
-    topic_config = dict(config or {})
+    client = admin_client(kafka)
+    metadata = cluster_metadata(kafka, timeout)
+    replication = replication or replication_of(kafka, metadata)
+    topic_config = {**replication.topic_config, **(config or {})}
     if compacted:
         topic_config["cleanup.policy"] = "compact"
-    client = admin_client(kafka)
-    existing = set(cluster_metadata(kafka, timeout).topics)
-    missing = [name for name in wanted if name not in existing]
+    missing = [name for name in wanted if name not in metadata.topics]
+    _report_missing_replicas(kafka, metadata, [n for n in wanted if n not in missing], replication)
     created: list[str] = []
     if missing:
-        requests = [NewTopic(name, partitions, 1, config=topic_config) for name in missing]
+        requests = [NewTopic(name, partitions, replication.factor, config=topic_config) for name in missing]
         futures = client.create_topics(requests, operation_timeout=timeout, request_timeout=timeout)
         for name, future in futures.items():
-            if _result(
-                future, f"creating topic {name!r} at {bootstrap_of(kafka)}", KafkaError.TOPIC_ALREADY_EXISTS
-            ):
+            what = f"creating topic {name!r} with {replication.factor} replicas at {bootstrap_of(kafka)}"
+            if _result(future, what, KafkaError.TOPIC_ALREADY_EXISTS):
                 created.append(name)
     if compacted:
         _check_compacted(client, [name for name in wanted if name not in created], kafka, timeout)
@@ -153,23 +229,30 @@ def ensure_topics(
     return created
 
 
-def create_destination_topics(kafka: Kafka, names: Iterable[str], *, timeout: float = 30.0) -> dict[str, str]:
+def create_destination_topics(
+    kafka: Kafka, names: Iterable[str], *, replication: Replication | None = None, timeout: float = 30.0
+) -> dict[str, str]:
     """Create the topics that do not exist yet; return those the broker refused, with its error.
 
     Unlike `ensure_topics`, a refusal (an invalid name, no authorization, a policy) is not raised:
     the router sets the messages for such a topic aside and goes on with the others. A broker that
-    does not answer still raises KafkaUnavailable.
+    does not answer still raises KafkaUnavailable, and so does a cluster with too few brokers up
+    for the replicas asked (`replication`, as in `ensure_topics`): a broker away is not a refusal.
     """
     wanted = list(dict.fromkeys(names))
     if not wanted:
         return {}
     client = admin_client(kafka)  # kept referenced: its futures resolve only while it lives
-    existing = set(cluster_metadata(kafka, timeout).topics)
-    missing = [name for name in wanted if name not in existing]
+    metadata = cluster_metadata(kafka, timeout)
+    replication = replication or replication_of(kafka, metadata)
+    missing = [name for name in wanted if name not in metadata.topics]
+    _report_missing_replicas(kafka, metadata, [n for n in wanted if n not in missing], replication)
     refused: dict[str, str] = {}
     if missing:
         futures = client.create_topics(
-            [NewTopic(name, 1, 1) for name in missing], operation_timeout=timeout, request_timeout=timeout
+            [NewTopic(name, 1, replication.factor, config=replication.topic_config) for name in missing],
+            operation_timeout=timeout,
+            request_timeout=timeout,
         )
         for name, future in futures.items():
             try:
@@ -182,6 +265,11 @@ def create_destination_topics(kafka: Kafka, names: Iterable[str], *, timeout: fl
                 if error is not None and error.code() in unreachable:
                     raise KafkaUnavailable(
                         f"creating topic {name!r} at {bootstrap_of(kafka)}: {error.str()}"
+                    ) from exc
+                if error is not None and error.code() == KafkaError.INVALID_REPLICATION_FACTOR:
+                    raise KafkaUnavailable(
+                        f"creating topic {name!r} with {replication.factor} replicas at "
+                        f"{bootstrap_of(kafka)}: {error.str()}; {TOO_FEW_BROKERS}"
                     ) from exc
                 refused[name] = error.str() if error is not None else str(exc)
     _wait_for_leaders(kafka, [n for n in wanted if n not in refused], timeout)

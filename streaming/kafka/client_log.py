@@ -5,7 +5,9 @@ the `streaming.kafka.librdkafka` logger. While a broker is away, every client re
 cannot connect, several times a second. `OutageLog`, once installed (`collapse_outages`), lets the
 first of those lines through as "Kafka unreachable: ..." and holds the repeats back; when Kafka
 answers a request made after the outage began (`answered`, called for each micro-batch the router
-wrote), one line says so, with how long it lasted and how many lines were held back.
+wrote), one line says so, with how long it lasted and how many lines were held back. On a cluster
+of several brokers, a line about one of them goes to the job's broker watch instead (`one_broker`):
+the cluster still answers, and the watch says that broker is away, once.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 LIBRDKAFKA_LOGGER = "streaming.kafka.librdkafka"
@@ -44,6 +46,9 @@ class OutageLog(logging.Filter):
         self._since: float | None = None
         self._held = 0
         self._closing = 0
+        self.one_broker: Callable[[str], bool] | None = None
+        """Takes a line about one broker when the cluster has others that may answer, and says
+        whether it did: `streaming.kafka.broker_watch.BrokerWatch.refused_line`."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Let the first line of an outage through (reworded); hold back its repeats."""
@@ -53,6 +58,9 @@ class OutageLog(logging.Filter):
                 return False
         if not any(word in text for word in _UNREACHABLE):
             return True
+        taken_by = self.one_broker
+        if taken_by is not None and taken_by(text):
+            return False  # one broker of several: its watch said so, once
         with self._lock:
             if self._since is not None:
                 self._held += 1

@@ -19,6 +19,11 @@ In a settings file (streaming/config.py) it is the `bootstrap` key and the `kafk
 
 A bare bootstrap string, where a function takes a connection, is a PLAINTEXT connection to it
 (`connection_of`): the embedded broker of the demo, the tests and the bench listens that way.
+
+The connection also carries the settings file's `replication_factor` and `min_insync_replicas`
+(`replication`), so that every command that creates a topic creates it as the file asks, and
+`producer_config` is how every confluent-kafka Producer is configured (`acks=all`, idempotence:
+streaming/kafka/durability.py).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streaming.errors import ConfigError
+from streaming.kafka.durability import AskedReplication, producer_settings
 
 PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -81,6 +87,8 @@ class KafkaConnection:
     sasl_password: str | None = field(default=None, repr=False)
     ssl_ca_location: str | None = None
     client_id: str | None = None
+    replication: AskedReplication = AskedReplication()
+    """How the topics its clients create are replicated (the settings' `replication_factor`, ...)."""
 
     def __post_init__(self) -> None:
         if not self.bootstrap.strip():
@@ -194,13 +202,23 @@ def client_config(kafka: Kafka, **extra: ClientValue) -> dict[str, ClientValue]:
     return connection_of(kafka).client_config(**extra)
 
 
+def producer_config(kafka: Kafka, **extra: ClientValue) -> dict[str, ClientValue]:
+    """A confluent-kafka Producer's configuration: the connection, `acks=all` and idempotence, `extra`."""
+    return client_config(kafka, **producer_settings(**extra))
+
+
 def connection_from(
-    bootstrap: str, section: Mapping[str, Any] | None, where: str, environ: Mapping[str, str] | None = None
+    bootstrap: str,
+    section: Mapping[str, Any] | None,
+    where: str,
+    environ: Mapping[str, str] | None = None,
+    replication: AskedReplication | None = None,
 ) -> KafkaConnection:
     """Build the connection from a settings file's `bootstrap` and `kafka` section (see the module doc).
 
     `sasl_password_env` names an environment variable that holds the password, so that the file
-    holds no secret; a variable that is not set is an error naming it.
+    holds no secret; a variable that is not set is an error naming it. `replication` is the file's
+    `replication_factor` and `min_insync_replicas` (none: the defaults).
     """
     raw = dict(section or {})
     unknown = sorted(set(raw) - set(KEYS))
@@ -232,6 +250,7 @@ def connection_from(
             sasl_password=None if password is None else str(password),
             ssl_ca_location=text("ssl_ca_location"),
             client_id=text("client_id"),
+            replication=replication or AskedReplication(),
         )
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from exc

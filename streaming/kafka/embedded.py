@@ -20,6 +20,10 @@ connection setting use it).
 Settings chosen for one node and fast tests: replication factor 1
 for the internal topics, one partition for `__consumer_offsets`, no initial rebalance delay, new
 topics with 1 partition, the log cleaner checking every 0.5 s (so compaction shows quickly).
+`brokers=3` (given to the first node; those that join it take it from there) sizes a cluster of
+three: the internal topics (`__consumer_offsets`, the transaction state) and topics created by
+the broker get three replicas and `min.insync.replicas` 2, so that one broker may stop and leave
+groups and transactions working. `embedded_cluster` starts such a cluster.
 
 `auto.create.topics.enable=true`, on purpose: the Spark Kafka sink sends each row to the topic named
 in its `topic` column, and a destination (a network address, a service queue) may appear with the
@@ -44,7 +48,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -208,6 +213,8 @@ class EmbeddedKafka:
     `joins`, another EmbeddedKafka that runs, makes this one a broker only (node `node_id`, by
     default 2) in that one's cluster: its controller's quorum and its cluster id. Two brokers are
     what a test needs to take a partition's leader away while the cluster still answers (PLAINTEXT).
+    `brokers`, the size of the cluster the first node starts, replicates its internal topics (up to
+    3 times; a broker that joins takes the first one's); the default, 1, is a single node's.
     """
 
     def __init__(
@@ -220,8 +227,13 @@ class EmbeddedKafka:
         tls: bool = False,
         joins: EmbeddedKafka | None = None,
         node_id: int | None = None,
+        brokers: int = 1,
     ) -> None:
         self.joins = joins
+        if brokers < 1:
+            raise ValueError(f"expected a cluster of at least 1 broker, got {brokers}")
+        self.brokers: int = joins.brokers if joins is not None else brokers
+        """The size of the cluster (the first node's `brokers`): its internal topics' replicas."""
         self.node_id = node_id if node_id is not None else (NODE_ID + 1 if joins is not None else NODE_ID)
         if joins is not None and self.node_id == joins.node_id:
             raise ValueError(f"a broker that joins node {joins.node_id}'s cluster needs another node id")
@@ -316,13 +328,9 @@ class EmbeddedKafka:
             "log.dirs": str(self.data_dir),
             "num.partitions": "1",
             "auto.create.topics.enable": "true",
-            "offsets.topic.replication.factor": "1",
+            **self._replication_settings(),
             "offsets.topic.num.partitions": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
             "transaction.state.log.num.partitions": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
             "log.cleaner.backoff.ms": "500",
             "num.network.threads": "2",
@@ -354,6 +362,25 @@ class EmbeddedKafka:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.server_properties.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
         (self.state_dir / "log4j2.properties").write_text(_LOG4J2)
+
+    def _replication_settings(self) -> dict[str, str]:
+        """The internal topics' replicas, and those of topics the broker creates: the cluster's size.
+
+        Up to 3, with one fewer in sync (at least 1): one broker of three may stop. A single node
+        keeps Kafka's defaults for a topic created without settings (1 replica, 1 in sync).
+        """
+        factor = min(self.brokers, 3)
+        in_sync = str(max(1, factor - 1))
+        settings = {
+            "offsets.topic.replication.factor": str(factor),
+            "transaction.state.log.replication.factor": str(factor),
+            "transaction.state.log.min.isr": in_sync,
+            "share.coordinator.state.topic.replication.factor": str(factor),
+            "share.coordinator.state.topic.min.isr": in_sync,
+        }
+        if factor > 1:
+            settings.update({"default.replication.factor": str(factor), "min.insync.replicas": in_sync})
+        return settings
 
     def _make_certificate(self) -> Path:
         """A self-signed certificate for 127.0.0.1 (a keystore), and its PEM for clients to trust."""
@@ -621,3 +648,39 @@ class EmbeddedKafka:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+@contextmanager
+def embedded_cluster(state_dir: Path | str, brokers: int = 3) -> Iterator[list[EmbeddedKafka]]:
+    """A cluster of `brokers` embedded brokers, started in the caller's session and stopped at the end.
+
+    Node 1 (`state_dir/node1`) is a broker and the cluster's one KRaft controller (a quorum of one
+    voter); nodes 2.. are brokers that join it, started together once it runs. Each keeps its port
+    for life, so that one stopped and started again comes back where its clients knew it. The
+    internal topics are replicated on up to three of them (`EmbeddedKafka`'s `brokers`). The
+    brokers stop before the controller.
+    """
+    folder = Path(state_dir)
+    ports: set[int] = set()
+    with ExitStack() as stack:
+        first = EmbeddedKafka(folder / "node1", port=_new_port(ports), brokers=brokers)
+        stack.callback(first.stop)
+        first.start(detach=False)
+        joining: list[tuple[EmbeddedKafka, int]] = []
+        for n in range(2, brokers + 1):
+            port = _new_port(ports)
+            node = EmbeddedKafka(folder / f"node{n}", port=port, joins=first, node_id=n)
+            stack.callback(node.stop)
+            joining.append((node, port))
+        # Side by side: each takes 5-15 s to start, most of it its JVM's own work.
+        launched = [(node, port, node._launch(port, free_port(), detach=False)) for node, port in joining]
+        for node, port, (pid, bootstrap) in launched:
+            node._wait_until_ready(pid, port, bootstrap)
+        yield [first, *(node for node, _ in joining)]
+
+
+def _new_port(taken: set[int]) -> int:
+    """A free port not in `taken`, added to it."""
+    port = free_port(exclude=frozenset(taken))
+    taken.add(port)
+    return port

@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -49,7 +50,9 @@ from streaming.kafka.admin import (
     create_destination_topics,
     end_offsets,
     ensure_topics,
+    replication_of,
 )
+from streaming.kafka.broker_watch import BrokerWatch, brokers_of
 from streaming.kafka.client_log import collapse_outages
 from streaming.kafka.progress_group import ProgressGroups
 from streaming.observe.server import Health
@@ -75,6 +78,9 @@ STOP_GRACE_S = 60.0
 
 KAFKA_PROBE_EVERY_S = 5.0
 """While micro-batches are late, how often `/healthz` has Kafka asked whether it answers."""
+
+BROKERS_CHECK_EVERY_S = 5.0
+"""How often `run` asks which brokers the cluster lists, to say when one goes away and comes back."""
 
 STOPPED = "router stop requested: the batch was left for the next start"
 """The message of the error a batch raises, before doing anything, once a stop was asked for."""
@@ -125,16 +131,27 @@ class RouterJob:
         self.settings = settings
         self.topology = t = load_topology(settings)
         kafka = settings.kafka
-        ensure_topics(kafka, [*t.outbound, *t.inbound, *t.dropped, *t.deadletter])
-        ensure_topics(kafka, t.delayed, config={"message.timestamp.type": "LogAppendTime"})
+        # Asked once: the topics of the whole run get these replicas, even one created while a broker
+        # is away (its creation then fails as Kafka unavailable, rather than make it with fewer).
+        metadata = cluster_metadata(kafka)
+        self.replication = replicas = replication_of(kafka, metadata)
+        self._brokers = BrokerWatch(brokers_of(metadata), log, quiet_s=BROKERS_CHECK_EVERY_S)
+        self._brokers_asked_at = float("-inf")
+        self._brokers_admin: AdminClient | None = None
+        """The admin client `_watch_brokers` asks with, kept: a new one would knock at a broker away."""
+        ensure_topics(kafka, [*t.outbound, *t.inbound, *t.dropped, *t.deadletter], replication=replicas)
+        ensure_topics(
+            kafka, t.delayed, config={"message.timestamp.type": "LogAppendTime"}, replication=replicas
+        )
         ensure_topics(
             kafka,
             [topics.routes_topic(t.prefix), topics.mirrors_topic(t.prefix), *t.choices, *t.requests],
             compacted=True,
+            replication=replicas,
         )
         # Route nothing before the whole routes topic has been read once.
         self.snapshots = RouteSnapshots(
-            spark, settings, t, lambda names: create_destination_topics(kafka, names)
+            spark, settings, t, lambda names: create_destination_topics(kafka, names, replication=replicas)
         )
         self.requests = OutstandingRequests(settings, t)
         self.totals = RunTotals()
@@ -152,6 +169,7 @@ class RouterJob:
         self._admin: AdminClient | None = None
         """The admin client a replay asks for end offsets with (`_end_offsets`), kept until `close`."""
         self._outage = collapse_outages()
+        self._outage.one_broker = self._brokers.refused_line
         self.metrics = metrics
         self._held: Any = None
         """The state processor's `router.metrics.HeldCounts`, while the job keeps metrics."""
@@ -254,6 +272,7 @@ class RouterJob:
                 stop.wait(0.2)
                 self.executors.report()
                 self._report(query, on_batch)
+                self._watch_brokers()
                 if self.metrics is not None:
                     self._late(time.time())
         finally:
@@ -411,6 +430,29 @@ class RouterJob:
             self._kafka_note = None
         return late
 
+    def _watch_brokers(self) -> None:
+        """Ask, in a thread, at most every `BROKERS_CHECK_EVERY_S`, which brokers the cluster lists.
+
+        A broker of several that goes away, and its return, are a line each (`BrokerWatch`).
+        """
+        with self._lock:
+            if time.monotonic() - self._brokers_asked_at < BROKERS_CHECK_EVERY_S:
+                return
+            self._brokers_asked_at = time.monotonic()
+            if self._brokers_admin is None:
+                self._brokers_admin = admin_client(self.settings.kafka)
+            client = self._brokers_admin
+
+        def ask() -> None:
+            try:
+                # One topic's metadata: it lists every live broker, without every topic of the cluster.
+                metadata = client.list_topics(self.topology.outbound[0], timeout=BROKERS_CHECK_EVERY_S / 2)
+            except KafkaException:
+                return  # no broker answers: the clients' own outage line says so
+            self._brokers.seen(brokers_of(metadata))
+
+        threading.Thread(target=ask, name="router-broker-watch", daemon=True).start()
+
     def _probe_kafka(self) -> None:
         """Ask, in a thread, whether the cluster answers; its answer is `_kafka_note` (None: it does)."""
         with self._lock:
@@ -486,6 +528,9 @@ class RouterJob:
             self.requests.close()
         self.progress_groups.close()
         self._admin = None
+        self._brokers_admin = None
+        if self._outage.one_broker == self._brokers.refused_line:
+            self._outage.one_broker = None
 
     def waiting(self) -> list[int]:
         """When each delayed message in the state store was delayed (epoch ms), as of the last batch."""

@@ -29,6 +29,7 @@ from streaming import topics
 from streaming.config import Settings
 from streaming.errors import ConfigError
 from streaming.kafka.avro import schema_json
+from streaming.kafka.durability import spark_producer_options
 from streaming.rules.model import Instance
 from streaming.spark.decision import KEPT_COLUMNS, DecisionInputs
 from streaming.spark.session import session_jvm
@@ -179,8 +180,12 @@ def read_options(settings: Settings) -> dict[str, str]:
 
 
 def write_options(settings: Settings) -> dict[str, str]:
-    """Options for the batch's Kafka write: `kafka_options` over `PRODUCER_DEFAULTS`."""
-    return {**PRODUCER_DEFAULTS, **kafka_options(settings)}
+    """Options for the batch's Kafka write: `kafka_options` over `PRODUCER_DEFAULTS`, then durability.
+
+    The producer writes with acks=all and idempotence (`streaming.kafka.durability`), which
+    `kafka_options` may not change (`load_settings` refuses them there).
+    """
+    return {**PRODUCER_DEFAULTS, **kafka_options(settings), **spark_producer_options()}
 
 
 def input_stream(

@@ -25,7 +25,7 @@ from streaming.errors import ConfigError, KafkaUnavailable, MalformedRecord, Rou
 from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import catalog_to_record, encode_catalog, encode_route, route_to_record
 from streaming.kafka.client_log import librdkafka_log
-from streaming.kafka.connection import Kafka, bootstrap_of, client_config
+from streaming.kafka.connection import Kafka, bootstrap_of, producer_config
 from streaming.rules.model import Instance, MirrorRole, Route, normalize_address
 from streaming.tables.operations import (
     RouteChange,
@@ -78,10 +78,7 @@ class RecordWriter:
 
     def __init__(self, kafka: Kafka) -> None:
         self.kafka = kafka
-        self._producer = Producer(
-            client_config(kafka, **{"enable.idempotence": True, "linger.ms": 5}),
-            logger=_LIBRDKAFKA_LOG,
-        )
+        self._producer = Producer(producer_config(kafka, **{"linger.ms": 5}), logger=_LIBRDKAFKA_LOG)
 
     def __enter__(self) -> RecordWriter:
         return self

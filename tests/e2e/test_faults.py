@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import NewTopic
 from processes import (
     kill,
     new_namespace,
@@ -38,9 +39,9 @@ from processes import (
 
 from streaming import topics
 from streaming.errors import KafkaUnavailable
-from streaming.kafka.admin import cluster_metadata, ensure_topics
+from streaming.kafka.admin import admin_client, cluster_metadata, ensure_topics
 from streaming.kafka.avro import encode_message, encode_route, new_message_record, route_to_record
-from streaming.kafka.embedded import EmbeddedKafka, free_port
+from streaming.kafka.embedded import EmbeddedKafka, embedded_cluster, free_port
 from streaming.rules.model import Database, Instance, Route, normalize_address
 from streaming.tables.topic_io import publish_catalogs, put_route
 
@@ -75,20 +76,42 @@ class Traffic:
         return self.audit | self.far | self.late | self.inbound
 
 
-def namespace(bootstrap: str) -> str:
+Layout = Callable[[str], object]
+"""Lays a fresh namespace's topics out on the brokers (given its prefix) before anything writes to them."""
+
+
+def namespace(bootstrap: str, layout: Layout | None = None) -> str:
     """A fresh prefix with i1's catalog and its routes (LOCAL in AW and msdb, Far to FAR)."""
     routes = (
         Route("AW", "AutoCreatedLocal", "LOCAL"),
         Route("msdb", "AutoCreatedLocal", "LOCAL"),
         Route("AW", "Far", FAR, service="Far"),
     )
-    return new_namespace(
-        bootstrap,
-        "fault",
-        I1,
-        routes,
-        lambda p: [topics.outbound_topic("i1", p), topics.inbound_topic("i1", p)],
-    )
+
+    def inputs(prefix: str) -> list[str]:
+        if layout is not None:
+            layout(prefix)
+        return [topics.outbound_topic("i1", prefix), topics.inbound_topic("i1", prefix)]
+
+    return new_namespace(bootstrap, "fault", I1, routes, inputs)
+
+
+def lay_out(bootstrap: str, replicas: dict[str, list[list[int]]]) -> None:
+    """Create each topic with its partitions' replicas on the given brokers, the first one leading;
+    `min.insync.replicas` one fewer than the replicas (at least 1), as the router's default."""
+    client = admin_client(bootstrap)
+    requests = [
+        NewTopic(
+            name,
+            num_partitions=len(assignment),  # this client wants both
+            replica_assignment=assignment,
+            config={"min.insync.replicas": str(max(1, len(assignment[0]) - 1))},
+        )
+        for name, assignment in replicas.items()
+    ]
+    for future in client.create_topics(requests, operation_timeout=30).values():
+        future.result()
+    ensure_topics(bootstrap, list(replicas))  # they exist: it waits for their leaders
 
 
 def lone_message(ident: str, service: str, database: str, now: datetime) -> bytes:
@@ -181,9 +204,11 @@ class Stream(NamedTuple):
     names: list[str]
 
 
-def late_routed_stream(bootstrap: str, folder: Path, garbage: int = 0) -> Stream:
+def late_routed_stream(
+    bootstrap: str, folder: Path, garbage: int = 0, layout: Layout | None = None
+) -> Stream:
     """The `Stream` of the stop and outage tests; `garbage` records follow the messages."""
-    prefix = namespace(bootstrap)
+    prefix = namespace(bootstrap, layout)
     traffic = send_traffic(bootstrap, prefix, 20_000, garbage=garbage)
     put_route(bootstrap, "i1", Route("AW", "Late", LATE, service="Late"), topics.routes_topic(prefix))
     settings = settings_file(folder, bootstrap, prefix, per_trigger=2_500)
@@ -324,11 +349,13 @@ def ride_out(
     started: list[subprocess.Popen[bytes]],
     away: Callable[[], object],
     back: Callable[[], object],
+    layout: Layout | None = None,
 ) -> tuple[str, str]:
     """`router run` routes 20,000 messages; once the first are written, `away()` takes a broker away
     for `OUTAGE_S` and `back()` returns it: the router stays up, loses nothing, and copies at most a
-    batch in flight. Returns the namespace's prefix and the router's log."""
-    prefix, traffic, settings, log, names = late_routed_stream(bootstrap, folder)
+    batch in flight. Returns the namespace's prefix and the router's log. `layout` places the input
+    topics (and any other) before the router starts."""
+    prefix, traffic, settings, log, names = late_routed_stream(bootstrap, folder, layout=layout)
     router = start_router(settings, log, started)
     wait_for(lambda: written(bootstrap, names) > 0, 300, "routing", router, log)
     away()
@@ -373,7 +400,8 @@ def test_one_of_two_brokers_stopped_and_started_mid_stream_loses_nothing(
 ) -> None:
     """A cluster of two brokers; the second, which leads one of the two partitions of each input
     topic, goes away for 15 s while 20,000 messages are routed, and comes back: its partitions have
-    no leader meanwhile, the first broker still answers, and the router loses nothing."""
+    no leader meanwhile (the input topics have one replica each; the router's own get two, its
+    default on two brokers), the first broker still answers, and the router loses nothing."""
     with (
         tempfile.TemporaryDirectory(prefix="router-fault-kafka-") as state,
         EmbeddedKafka(Path(state) / "one") as first,
@@ -381,10 +409,23 @@ def test_one_of_two_brokers_stopped_and_started_mid_stream_loses_nothing(
         EmbeddedKafka(Path(state) / "two", port=free_port(), joins=first) as second,
     ):
         bootstrap = first.bootstrap
+
+        def one_replica_on_each(prefix: str) -> None:
+            each = [[first.node_id], [second.node_id]]
+            lay_out(
+                bootstrap,
+                {topics.outbound_topic("i1", prefix): each, topics.inbound_topic("i1", prefix): each},
+            )
+
         # Away from the first records written: the rest of the 20,000 are read and written while
         # its partitions have no leader, or after it is back.
         prefix, output = ride_out(
-            bootstrap, tmp_path, started, second.stop, lambda: second.start(detach=False)
+            bootstrap,
+            tmp_path,
+            started,
+            second.stop,
+            lambda: second.start(detach=False),
+            layout=one_replica_on_each,
         )
         outbound = cluster_metadata(bootstrap).topics[topics.outbound_topic("i1", prefix)]
         replicas = sorted(p.replicas[0] for p in outbound.partitions.values())
@@ -393,6 +434,72 @@ def test_one_of_two_brokers_stopped_and_started_mid_stream_loses_nothing(
         # The clients closed at the stop hand over lines about the outage they held: not shown.
         after_the_totals = output.rsplit("messages routed", 1)[1]
         assert "streaming.kafka.librdkafka" not in after_the_totals, output[-3000:]
+
+
+def test_the_broker_leading_the_input_and_the_destination_stopped_and_started_mid_stream_loses_nothing(
+    started: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    """Issue 43: three brokers, and every topic with three replicas and min.insync.replicas 2 (the
+    router's default on three brokers). Node 2 leads every partition of i1's input topics and of
+    Far's topic, where most messages go; it goes away for 15 s while 20,000 messages are routed,
+    and comes back. Its partitions are led by the others meanwhile and writes (acks=all) still find
+    two replicas in sync: nothing is lost, nothing stays stuck, and the router's console has one
+    line for the outage, not a stack. Node 1 is not the one stopped: it is the cluster's only KRaft
+    controller, the quorum's one voter, and with it away no leader could move at all, which is a
+    different failure."""
+    with (
+        tempfile.TemporaryDirectory(prefix="router-fault-kafka-") as state,
+        embedded_cluster(state, brokers=3) as nodes,
+    ):
+        first, second, third = nodes
+        bootstrap = ",".join(node.bootstrap for node in nodes)
+        led: list[str] = []
+
+        def led_by_the_second(prefix: str) -> None:
+            ids = (first.node_id, second.node_id, third.node_id)
+            spread = [[ids[1], ids[0], ids[2]], [ids[1], ids[2], ids[0]]]
+            inputs = [topics.outbound_topic("i1", prefix), topics.inbound_topic("i1", prefix)]
+            far = topics.network_topic(normalize_address(FAR), prefix)
+            lay_out(bootstrap, {**dict.fromkeys(inputs, spread), far: spread[:1]})
+            led.extend([*inputs, far])
+
+        def away() -> None:
+            metadata = cluster_metadata(bootstrap).topics
+            leaders = {name: {p.leader for p in metadata[name].partitions.values()} for name in led}
+            assert all(found == {second.node_id} for found in leaders.values()), leaders
+            second.stop()
+
+        prefix, output = ride_out(
+            bootstrap, tmp_path, started, away, lambda: second.start(detach=False), layout=led_by_the_second
+        )
+
+        # The topics the router made have three replicas, as the cluster has three brokers.
+        made = [name for kind, name in destinations(prefix).items() if kind not in ("far",)]
+        metadata = cluster_metadata(bootstrap).topics
+        assert {name: {len(p.replicas) for p in metadata[name].partitions.values()} for name in made} == {
+            name: {3} for name in made
+        }
+        # Nothing stays stuck: the second broker is back in sync on every partition it led.
+        deadline = time.monotonic() + 60
+        while True:
+            metadata = cluster_metadata(bootstrap).topics
+            behind = [
+                (name, p.id, p.isrs)
+                for name in led
+                for p in metadata[name].partitions.values()
+                if len(p.isrs) < 3
+            ]
+            if not behind:
+                break
+            assert time.monotonic() < deadline, f"replicas still out of sync after 60 s: {behind}"
+            time.sleep(0.5)
+        # One line says the broker went away, and, if the router still ran when the watch saw it
+        # back, one that it came back; no stack, and no client's repeats.
+        assert "Traceback" not in output and "\tat " not in output, output[-3000:]
+        broker = f"Kafka broker {second.node_id} ({second.bootstrap})"
+        assert output.count(f"{broker} is away") == 1, output[-3000:]
+        assert output.count(f"{broker} is back") <= 1, output[-3000:]
+        assert output.count("Kafka unreachable") == 0, output[-3000:]
 
 
 def poison(n: int, now: datetime) -> tuple[str, bytes | None]:

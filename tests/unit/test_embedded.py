@@ -35,3 +35,34 @@ def test_a_joining_broker_is_a_broker_only_in_the_first_ones_quorum(tmp_path: Pa
     assert written["process.roles"] == "broker" and written["node.id"] == "2"
     assert written["controller.quorum.voters"] == "1@127.0.0.1:9093"
     assert written["listeners"] == "PLAINTEXT://127.0.0.1:9094"
+
+
+def properties(broker: EmbeddedKafka) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in broker.server_properties.read_text().splitlines())
+
+
+def test_a_single_node_keeps_one_replica_of_its_internal_topics(tmp_path: Path) -> None:
+    node = EmbeddedKafka(tmp_path / "one")
+    node._write_config(9092, 9093)
+    written = properties(node)
+    assert written["offsets.topic.replication.factor"] == "1"
+    assert written["transaction.state.log.replication.factor"] == "1"
+    assert written["transaction.state.log.min.isr"] == "1"
+    assert "default.replication.factor" not in written and "min.insync.replicas" not in written
+
+
+def test_each_broker_of_a_cluster_of_three_replicates_the_internal_topics_thrice(tmp_path: Path) -> None:
+    """So that one broker may stop and leave consumer groups and transactions working."""
+    first = EmbeddedKafka(tmp_path / "one", brokers=3)
+    first._write_config(9092, 9093)
+    third = EmbeddedKafka(tmp_path / "three", joins=first, node_id=3)
+    third._write_config(9096, 9097)
+    for broker in (first, third):
+        written = properties(broker)
+        assert written["offsets.topic.replication.factor"] == "3"
+        assert written["transaction.state.log.replication.factor"] == "3"
+        assert written["transaction.state.log.min.isr"] == "2"
+        assert written["share.coordinator.state.topic.replication.factor"] == "3"
+        assert written["default.replication.factor"] == "3" and written["min.insync.replicas"] == "2"
+    with pytest.raises(ValueError, match="at least 1 broker"):
+        EmbeddedKafka(tmp_path / "none", brokers=0)
