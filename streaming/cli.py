@@ -20,6 +20,7 @@ COMMANDS = (
     "explain",
     "run",
     "replay",
+    "checkpoint",
     "resolve",
     "directory",
     "ddr",

@@ -84,6 +84,8 @@ class Settings:
     max_offsets_per_trigger: int = 200_000
     spark_master: str = "local[2]"
     shuffle_partitions: int = 2
+    shuffle_partitions_named: bool = True
+    """Whether the settings name `shuffle_partitions` (else it is the default), for the checkpoint's check."""
     keep_choice_s: float = 3600.0
     kafka_options: Mapping[str, str] = field(default_factory=dict)
     also_routes: tuple[str, ...] = ()
@@ -93,6 +95,8 @@ class Settings:
     metrics_host: str = "127.0.0.1"
     health_stale_s: float | None = None
     """How long `/healthz` stays 200 without a finished micro-batch; None: `health_bound_s`'s default."""
+    start_after: Path | None = None
+    """A drained router's checkpoint_dir, where a new checkpoint's sources start (`--start-after`)."""
 
     @property
     def health_bound_s(self) -> float:
@@ -206,15 +210,19 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
             max_offsets_per_trigger=int(raw.get("max_offsets_per_trigger", 200_000)),
             spark_master=str(raw.get("spark_master", "local[2]")),
             shuffle_partitions=int(raw.get("shuffle_partitions", 2)),
+            shuffle_partitions_named="shuffle_partitions" in raw,
             keep_choice_s=float(raw.get("keep_choice_s", 3600.0)),
             kafka_options={str(k): str(v) for k, v in (raw.get("kafka_options") or {}).items()},
             metrics_port=int(raw.get("metrics_port") or 0),
             metrics_host=str(raw.get("metrics_host") or "127.0.0.1"),
             health_stale_s=float(raw["health_stale_s"]) if raw.get("health_stale_s") is not None else None,
+            start_after=Path(raw["start_after"]) if raw.get("start_after") is not None else None,
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: a setting has the wrong type: {exc}") from exc
     check_no_connection_options(settings.kafka_options, where)
+    if settings.shuffle_partitions < 1:
+        raise ConfigError(f"{where}: shuffle_partitions must be a positive number of state partitions")
     if settings.trigger_seconds <= 0 or settings.max_offsets_per_trigger <= 0:
         raise ConfigError(f"{where}: trigger_seconds and max_offsets_per_trigger must be positive")
     if not 0 <= settings.metrics_port < 65536:
