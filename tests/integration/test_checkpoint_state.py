@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from streaming import topics
-from streaming.config import load_settings
+from streaming.config import DEFAULT_SHUFFLE_PARTITIONS, load_settings
 from streaming.errors import ConfigError
 from streaming.kafka.admin import end_offsets
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
@@ -160,13 +160,12 @@ def test_a_checkpoint_refuses_other_state_partitions_and_resumes_with_its_own(
     assert "keeps the router's state in 2 partitions" in text and "shuffle_partitions: 8" in text
     assert "Put `shuffle_partitions: 2` in the settings file" in text
     # A settings file that names no value gets the default, and is told to name the checkpoint's.
+    # (A checkpoint made before the default became 4, resumed with settings that name no value.)
     unnamed = job(spark, kafka_bootstrap, prefix, tmp_path / "ckpt")
-    partitions(unnamed.settings.shuffle_partitions)
-    if unnamed.settings.shuffle_partitions != 2:
-        with pytest.raises(
-            ConfigError, match=r"the default shuffle_partitions, \d+ \(the settings name none\)"
-        ):
-            unnamed.replay(timeout_s=300)
+    assert unnamed.settings.shuffle_partitions == DEFAULT_SHUFFLE_PARTITIONS == 4
+    partitions(DEFAULT_SHUFFLE_PARTITIONS)  # as `router run` builds its session from the settings
+    with pytest.raises(ConfigError, match=r"the default shuffle_partitions, 4 \(the settings name none\)"):
+        unnamed.replay(timeout_s=300)
     unnamed.close()
     assert logged_batches(query / "offsets") == planned  # refused before Spark planned anything
 
