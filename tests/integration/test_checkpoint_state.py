@@ -242,7 +242,7 @@ def test_checkpoint_show_reads_what_a_router_checkpoint_holds(
     assert (
         sum(doc["offsets"][outbound].values()) == sum(end_offsets(kafka_bootstrap, outbound).values()) == 38
     )
-    assert doc["state_read_s"] > 0
+    assert doc["state_read_s"] > 0 and doc["spark_start_s"] > 0
 
     quick = show(str(tmp_path / "ckpt"), "--no-state")
     assert quick.returncode == 0, quick.stderr[-3000:]
