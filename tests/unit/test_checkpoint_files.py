@@ -269,3 +269,13 @@ def test_checkpoint_show_without_spark_prints_the_checkpoints_files(
     assert f"{outbound_topic('i1', PREFIX)}  1          601" in text
     assert main(["checkpoint", "show", str(tmp_path / "nothing")]) == 2
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_run_and_replay_take_the_drained_checkpoint_to_start_after() -> None:
+    from streaming.cli import build_parser
+
+    for command in ("run", "replay"):
+        args = build_parser().parse_args([command, "--start-after", "old-checkpoint"])
+        assert args.start_after == "old-checkpoint"
+    assert load_settings(None, instance="i1", start_after="old").start_after == Path("old")
+    assert load_settings(None, instance="i1").start_after is None
