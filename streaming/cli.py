@@ -21,6 +21,7 @@ COMMANDS = (
     "explain",
     "run",
     "replay",
+    "checkpoint",
     "resolve",
     "directory",
     "ddr",

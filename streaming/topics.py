@@ -175,3 +175,41 @@ def deadletter_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
 def router_group(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
     """The consumer group the instance's router writes its progress to (`streaming.kafka.progress_group`)."""
     return _topic(prefix, escape(instance), "router")
+
+
+INSTANCE_TOPIC_KINDS = ("outbound", "inbound", "delayed", "choices", "requests", "dropped", "deadletter")
+"""The last part of each topic of an instance's own that `instance_topic_parts` reads back."""
+
+_ESCAPED = re.compile(r"(?:[A-Za-z0-9]|-[0-9a-f]{2})+")
+
+
+def instance_topic_parts(name: str) -> tuple[str, str, str] | None:
+    """The prefix, instance and kind of an instance's own topic (`{prefix}.{instance}.{kind}`).
+
+    The kind is one of `INSTANCE_TOPIC_KINDS`; any other name gives None. The instance comes back
+    unescaped; a part cut for its length (`MAX_PART`) keeps only a hash of its end, and comes back
+    as the name holds it.
+    """
+    pieces = name.rsplit(".", 2)
+    if len(pieces) != 3 or pieces[2] not in INSTANCE_TOPIC_KINDS:
+        return None
+    if not _PREFIX_CHARACTERS.fullmatch(pieces[0]):
+        return None
+    prefix, part, kind = pieces
+    if part == "-":
+        return prefix, "", kind
+    if not _ESCAPED.fullmatch(part):
+        return prefix, part, kind
+    raw = bytearray()
+    i = 0
+    while i < len(part):
+        if part[i] == "-":
+            raw.append(int(part[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            raw.append(ord(part[i]))
+            i += 1
+    try:
+        return prefix, raw.decode("utf-8"), kind
+    except UnicodeDecodeError:
+        return prefix, part, kind

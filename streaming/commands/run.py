@@ -51,6 +51,12 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         "--checkpoint-dir", help="where the query keeps its checkpoint (default .state/checkpoints/INSTANCE)"
     )
     parser.add_argument("--spark-master", help="Spark master URL (default local[2], env ROUTER_SPARK_MASTER)")
+    parser.add_argument(
+        "--start-after",
+        metavar="DIR",
+        help="a new checkpoint starts reading where the drained router of checkpoint_dir DIR stopped, "
+        "instead of at the topics' first records (to change the number of state partitions: README)",
+    )
     add_metrics_arguments(parser, "the router", from_settings=True)
     parser.add_argument(
         "-v",
@@ -63,7 +69,8 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from(args: argparse.Namespace) -> Settings:
     """Build the job settings from the file and the flags; a broker that does not answer is an error.
 
-    The broker is asked before Spark starts: a wrong address is said in seconds, with the fix.
+    The broker is asked, and the checkpoint's state partitions compared with the settings', before
+    Spark starts: a wrong address or partition count is said in seconds, with the fix.
     """
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(name)s %(message)s"
@@ -80,6 +87,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
         spark_master=args.spark_master,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
+        start_after=args.start_after,
+    )
+    from streaming.spark.checkpoint import check_state_partitions, query_folder
+
+    check_state_partitions(
+        query_folder(settings.checkpoint_dir), settings.shuffle_partitions, settings.shuffle_partitions_named
     )
     require_broker(settings.kafka)
     return settings

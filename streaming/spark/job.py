@@ -58,7 +58,17 @@ from streaming.kafka.progress_group import ProgressGroups
 from streaming.observe.server import Health
 from streaming.rules.model import normalize_address
 from streaming.spark.batch import BatchMetrics, BatchPlan
-from streaming.spark.checkpoint import drop_uncommitted_batch, holds_old_state, logged_batches
+from streaming.spark.checkpoint import (
+    CHANGING_PARTITIONS,
+    SHUFFLE_PARTITIONS,
+    check_state_partitions,
+    drop_uncommitted_batch,
+    holds_old_state,
+    logged_batches,
+    query_folder,
+    starting_offsets,
+    summarize,
+)
 from streaming.spark.decision import DecisionInputs, Snapshot
 from streaming.spark.executors import ExecutorWatch
 from streaming.spark.metrics import Liveness, RouterMetrics, judge
@@ -68,7 +78,7 @@ from streaming.spark.requests import OutstandingRequests
 from streaming.spark.rotation import RotationStore
 from streaming.spark.snapshot import RouteSnapshots
 from streaming.spark.sources import Topology, input_stream, write_options
-from streaming.spark.state import held_counts, held_figures, read_state
+from streaming.spark.state import held_counts, held_figures, read_state, state_counts
 from streaming.tables.reader import read_instances
 
 log = logging.getLogger("streaming.job")
@@ -210,7 +220,7 @@ class RouterJob:
     @property
     def checkpoint(self) -> Path:
         """The streaming query's checkpoint folder (its offsets, commits and state store)."""
-        return Path(self.settings.checkpoint_dir) / "query"
+        return query_folder(self.settings.checkpoint_dir)
 
     # --- the streaming query ------------------------------------------------------------------
 
@@ -232,6 +242,12 @@ class RouterJob:
                 "job a new checkpoint_dir: a new checkpoint takes in the delayed topic again and rebuilds "
                 "the kept choices the choices topic holds"
             )
+        # The session's number is the one a new query takes (the commands build the session with
+        # the settings'); a checkpoint keeps its own, and Spark would go on with that one quietly.
+        partitions = int(self.spark.conf.get(SHUFFLE_PARTITIONS) or self.settings.shuffle_partitions)
+        named = self.settings.shuffle_partitions_named or partitions != self.settings.shuffle_partitions
+        check_state_partitions(self.checkpoint, partitions, named)
+        starting = self._starting_offsets()
         self.rotation = RotationStore.load(self.checkpoint)
         self._live(state="starting", error=None, batch_since=None)
         if self.metrics is not None and self._held is None:
@@ -247,13 +263,49 @@ class RouterJob:
         # objects they hold after `close()` (measured: 70 MiB of heap more per job that one
         # process ran, with 100,000 routes).
         return (
-            input_stream(self.spark, self.settings, self.topology, self._inputs, self._held)
+            input_stream(self.spark, self.settings, self.topology, self._inputs, self._held, starting)
             .writeStream.foreachBatch(self.process_batch)
             .option("checkpointLocation", str(self.checkpoint))
             .queryName(f"router-{self.topology.name}")
             .trigger(processingTime=interval)
             .start()
         )
+
+    def _starting_offsets(self) -> dict[str, str]:
+        """Where a new checkpoint's sources start after a drained one (`Settings.start_after`).
+
+        The message and delayed sources start where the drained checkpoint's committed batches
+        read up to, so that nothing it routed is routed again; the choices topic is read from its
+        beginning (the kept choices it holds are rebuilt). A checkpoint that still holds delayed
+        messages is refused: they are in its state alone, and would be lost. A checkpoint that has
+        begun resumes its own offsets (Spark reads `startingOffsets` for a new query only).
+        """
+        after = self.settings.start_after
+        if after is None or logged_batches(self.checkpoint / "offsets"):
+            return {}
+        drained = summarize(after)
+        t = self.topology
+        sources = {"messages": [*t.outbound, *t.inbound], "delayed": t.delayed}
+        starting = {
+            name: starting_offsets(drained, {topic: sorted(self._end_offsets(topic)) for topic in names})
+            for name, names in sources.items()
+        }
+        assert drained.last_committed is not None  # starting_offsets refuses a checkpoint without
+        held = state_counts(self.spark, drained.folder, drained.last_committed)
+        delayed = sum(figures["delayed"] for figures in held.values())
+        if delayed:
+            raise ConfigError(
+                f"the checkpoint {drained.folder} to start after still holds {delayed} delayed message(s) "
+                "in its state, which a new checkpoint would not have: drain it first (stop the intake, run "
+                "its router until `router checkpoint show` counts no delayed message, stop it), then start "
+                f"this one ({CHANGING_PARTITIONS})"
+            )
+        log.warning(
+            "the new checkpoint starts where batch %d of %s left the topics",
+            drained.last_committed,
+            drained.folder,
+        )
+        return {name: json.dumps(offsets, sort_keys=True) for name, offsets in starting.items()}
 
     def run(
         self,

@@ -17,7 +17,7 @@ then gives each message its conversation's memory.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,20 +194,25 @@ def input_stream(
     topology: Topology,
     inputs: DecisionInputs | None = None,
     held: Any = None,
+    starting: Mapping[str, str] | None = None,
 ) -> DataFrame:
     """The query's rows as the state processor leaves them (see the module docstring).
 
     `inputs` are what the batches are decided with: the processor keeps their choices at once;
     `held`, a `router.metrics.HeldCounts`, gets how its delayed messages change
-    (`streaming.spark.state.apply_state`).
+    (`streaming.spark.state.apply_state`). `starting`: where a new checkpoint's `messages` and
+    `delayed` sources start (Spark's `startingOffsets`), when not at their topics' first records.
     """
     t = topology
+    starting = starting or {}
     register_functions(spark)
-    messages = _kafka(spark, settings, [*t.outbound, *t.inbound], limit=True)
+    messages = _kafka(
+        spark, settings, [*t.outbound, *t.inbound], limit=True, starting=starting.get("messages")
+    )
     tick = _tick(spark).where(F.lit(False))  # it only makes micro-batches run
     decoded = decode(messages.unionByName(tick), topology)
     rows = as_messages(decoded)
-    delayed = _kafka(spark, settings, t.delayed, limit=False, headers=True)
+    delayed = _kafka(spark, settings, t.delayed, limit=False, headers=True, starting=starting.get("delayed"))
     kept = {c: _header_value(c) for c in KEPT_COLUMNS}
     # D2: a delayed message waits from the decision that delayed it (its `decided_at`, from which
     # its `due_at` counts), not from when its record was appended, a batch's write later.
@@ -262,13 +267,17 @@ def _kafka(
     limit: bool,
     headers: bool = False,
     split: int = 0,
+    starting: str | None = None,
 ) -> DataFrame:
-    """A Kafka source; `split` > 1 reads its records in at least that many tasks (`minPartitions`)."""
+    """A Kafka source; `split` > 1 reads its records in at least that many tasks (`minPartitions`).
+
+    A new checkpoint reads from `starting` (Spark's `startingOffsets`), by default the first records.
+    """
     reader = (
         spark.readStream.format("kafka")
         .options(**read_options(settings))
         .option("subscribe", ",".join(subscribe))
-        .option("startingOffsets", "earliest")
+        .option("startingOffsets", starting or "earliest")
         .option("failOnDataLoss", "false")
     )
     if limit:

@@ -178,16 +178,7 @@ def held_figures(spark: SparkSession, checkpoint: Path, batch_id: int) -> list[s
     Per instance (the state key's first part): the messages held (`m`), the conversation endpoints
     holding any (`c`), and the messages by the second they were delayed in (`s`).
     """
-    state = (
-        spark.read.format("statestore")
-        .option(
-            "stateVarName",
-            str(session_jvm(spark, "reading the state store needs").router.state.RouterState.STATE),
-        )
-        .option("batchId", batch_id)
-        .load(str(checkpoint))
-    )
-    held = state.select(
+    held = read_state(spark, checkpoint, batch_id).select(
         F.split(F.col("key.value"), "\u0000").getItem(0).alias("instance"),
         F.col("value.waiting.delayed_ms").alias("at"),
     ).where(F.size("at") > 0)
@@ -204,15 +195,18 @@ def held_figures(spark: SparkSession, checkpoint: Path, batch_id: int) -> list[s
     return out
 
 
-def read_state(spark: SparkSession, checkpoint: Path) -> DataFrame:
-    """The conversation memory a query's checkpoint holds, as its last committed batch left it.
+def read_state(spark: SparkSession, checkpoint: Path, batch_id: int | None = None) -> DataFrame:
+    """The conversation memory a query's checkpoint holds, as batch `batch_id` (default: the last) left it.
 
     One row per conversation endpoint held (`key`, `value`: its kept choices `entries`, its held
     messages `waiting`, and its timer `timer_ms`), read with Spark's state data source from the
     processor's state variable, whose name the processor gives (`RouterState.STATE`).
     """
     variable = str(session_jvm(spark, "reading the state store needs").router.state.RouterState.STATE)
-    return spark.read.format("statestore").option("stateVarName", variable).load(str(checkpoint))
+    reader = spark.read.format("statestore").option("stateVarName", variable)
+    if batch_id is not None:
+        reader = reader.option("batchId", batch_id)
+    return reader.load(str(checkpoint))
 
 
 def choice_key() -> Column:
@@ -228,3 +222,31 @@ def choice_value() -> Column:
             *[F.col(c).alias(f) for c, f in zip(CHOICE_IDENTITY_COLUMNS, _IDENTITY_FIELDS, strict=True)],
         )
     )
+
+
+def state_counts(spark: SparkSession, checkpoint: Path, batch_id: int) -> dict[str, dict[str, int]]:
+    """What the state held after batch `batch_id`, per instance (the state key's first part).
+
+    `endpoints`: conversation endpoints held; `kept_choices`: their kept choices (K2);
+    `delayed`: the delayed messages they hold (D1, D2), and `delayed_endpoints`: the endpoints
+    holding any. Read with Spark's state data source (`read_state`).
+    """
+    _ = spark.streams  # the state data source needs the session's streaming query manager
+    state = read_state(spark, checkpoint, batch_id)
+    rows = (
+        state.select(
+            F.split(F.col("key.value"), "\u0000").getItem(0).alias("instance"),
+            F.size("value.entries").alias("entries"),
+            F.size("value.waiting").alias("waiting"),
+        )
+        .groupBy("instance")
+        .agg(
+            F.count(F.lit(1)).alias("endpoints"),
+            F.sum("entries").alias("kept_choices"),
+            F.sum("waiting").alias("delayed"),
+            F.count_if(F.col("waiting") > 0).alias("delayed_endpoints"),
+        )
+        .collect()
+    )
+    names = ("endpoints", "kept_choices", "delayed", "delayed_endpoints")
+    return {row["instance"]: {n: int(row[n] or 0) for n in names} for row in rows}

@@ -244,3 +244,18 @@ def test_every_topic_function_refuses_a_bad_prefix(kind: str) -> None:
         topic_of(destination, "bad prefix")
     with pytest.raises(ConfigError, match="151 characters long"):
         topic_of(destination, "x" * 151)
+
+
+@given(st.text(max_size=30), st.sampled_from(topics.INSTANCE_TOPIC_KINDS))
+def test_an_instance_topic_names_its_prefix_instance_and_kind(instance: str, kind: str) -> None:
+    part = topics.escape(instance)
+    name = topics._topic("my.pre_fix", part, kind)
+    # A part cut for its length keeps a hash of its end only: it comes back as the name holds it.
+    expected = part if topics.PART_CUT_MARK in part else instance
+    assert topics.instance_topic_parts(name) == ("my.pre_fix", expected, kind)
+
+
+def test_other_topics_are_no_instance_topics() -> None:
+    assert topics.instance_topic_parts(topics.routes_topic("router")) is None
+    assert topics.instance_topic_parts(topics.queue_topic("i1", "AW", "S", "router")) is None
+    assert topics.instance_topic_parts(topics.network_topic("tcp://x:1", "router")) is None
