@@ -59,6 +59,18 @@ def format_span(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
+def format_age(seconds: float) -> str:
+    """How long ago, for people: `3 s`, `4 min`, `2 h 5 min`, `3 d 4 h`."""
+    s = max(int(seconds), 0)
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min"
+    if s < 172800:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
 def window_start(since: str, now: datetime, flag: str = "--since") -> datetime:
     """The first instant of a window: `now` less a span (`parse_span`), or an ISO-8601 instant before now.
 

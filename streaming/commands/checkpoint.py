@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from streaming.commands.common import add_kafka_arguments, format_table, kafka_from, utc_now
+from streaming.instants import format_age
 from streaming.spark.checkpoint import CheckpointSummary, summarize
 
 INSTANCE_FIGURES = (
@@ -141,7 +142,7 @@ def render(summary: CheckpointSummary, document: dict[str, Any]) -> str:
     assert summary.committed_at is not None
     ago = (utc_now() - summary.committed_at).total_seconds()
     lines.append(
-        f"last batch  {summary.last_committed}, committed {document['committed_at']} ({_span(ago)} ago)"
+        f"last batch  {summary.last_committed}, committed {document['committed_at']} ({format_age(ago)} ago)"
     )
     if summary.uncommitted is not None:
         lines.append(
@@ -185,13 +186,3 @@ def render(summary: CheckpointSummary, document: dict[str, Any]) -> str:
             )
         lines += ["", title, format_table(headers, table)]
     return "\n".join(lines)
-
-
-def _span(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.0f} h"
-    return f"{seconds / 86400:.0f} days"

@@ -51,7 +51,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from streaming import topics
 from streaming.commands.common import format_table
 from streaming.errors import KafkaUnavailable, RouterError
-from streaming.instants import format_instant, format_span, parse_instant
+from streaming.instants import format_age, format_instant, format_span, parse_instant
 from streaming.kafka.admin import cluster_metadata
 from streaming.kafka.connection import Kafka, bootstrap_of
 from streaming.kafka.consuming import take_arrived
@@ -208,18 +208,6 @@ class InstanceStatus:
 
 
 # --- pure summaries ----------------------------------------------------------------------------------
-
-
-def format_age(seconds: float) -> str:
-    """How long ago, for people: `3 s`, `4 min`, `2 h 5 min`, `3 d 4 h`."""
-    s = max(int(seconds), 0)
-    if s < 120:
-        return f"{s} s"
-    if s < 7200:
-        return f"{s // 60} min"
-    if s < 172800:
-        return f"{s // 3600} h {s % 3600 // 60} min"
-    return f"{s // 86400} d {s % 86400 // 3600} h"
 
 
 def instant_of_ms(ms: int | None) -> datetime | None:
