@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 from processes import ROOT, records_with_headers, start_router, wait_for
 from test_directory_cli import DIRECTORY, I1, missing_route
 
@@ -52,6 +53,13 @@ def crash(process: subprocess.Popen[bytes]) -> None:
     process.wait(30)
 
 
+def sharing(bootstrap: str, group: str) -> int:
+    """How many members of `group` have partitions assigned now (0 while it is rebalancing)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept until the answer comes
+    members = admin.describe_consumer_groups([group])[group].result(timeout=10).members
+    return sum(1 for m in members if m.assignment is not None and m.assignment.topic_partitions)
+
+
 def answered_requests(bootstrap: str, prefix: str) -> set[str]:
     """The request ids the requests topic holds an end (`asked: false`) for."""
     ends = [json.loads(v) for _, v in records_with_headers(bootstrap, topics.requests_topic("i1", prefix))]
@@ -67,12 +75,18 @@ def test_two_directory_copies_one_killed_the_other_answers_every_request(
     ensure_topics(kafka_bootstrap, [queue], partitions=2)  # a partition for each copy
     directory = tmp_path / "directory.yaml"
     directory.write_text(DIRECTORY)
-    serve = ["directory", "serve", str(directory), "--instance", "i1"]
+    group = f"directory-{prefix}"
+    serve = ["directory", "serve", str(directory), "--instance", "i1", "--group", group]
     serve += ["--bootstrap", kafka_bootstrap, "--topic-prefix", prefix]
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
     copies = [cli(serve, log, started) for log in logs]
     for copy, log in zip(copies, logs, strict=True):
         wait_for(lambda log=log: "Ctrl-C stops" in log.read_text(), 120, "the copy's start", copy, log)
+    # Both in the group, a partition each, before the first request: else the first copy may answer
+    # every request before the second has joined.
+    wait_for(
+        lambda: sharing(kafka_bootstrap, group) == 2, 120, "a partition for each copy", copies[1], logs[1]
+    )
 
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
 
