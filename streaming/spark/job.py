@@ -147,8 +147,6 @@ class RouterJob:
         self.replication = replicas = replication_of(kafka, metadata)
         self._brokers = BrokerWatch(brokers_of(metadata), log, quiet_s=BROKERS_CHECK_EVERY_S)
         self._brokers_asked_at = float("-inf")
-        self._brokers_admin: AdminClient | None = None
-        """The admin client `_watch_brokers` asks with, kept: a new one would knock at a broker away."""
         ensure_topics(kafka, [*t.outbound, *t.inbound, *t.dropped, *t.deadletter], replication=replicas)
         ensure_topics(
             kafka, t.delayed, config={"message.timestamp.type": "LogAppendTime"}, replication=replicas
@@ -177,7 +175,7 @@ class RouterJob:
         self._refused: int | None = None
         self._counter: Any = None
         self._admin: AdminClient | None = None
-        """The admin client a replay asks for end offsets with (`_end_offsets`), kept until `close`."""
+        """The job's admin client (`_kept_admin`), kept until `close`."""
         self._outage = collapse_outages()
         self._outage.one_broker = self._brokers.refused_line
         self.metrics = metrics
@@ -405,9 +403,18 @@ class RouterJob:
         The ends a replay waits for once its inputs are read are asked while the query may start
         its next batch: the shorter the ask, the rarer a batch run only because the tick advanced.
         """
-        if self._admin is None:
-            self._admin = admin_client(self.settings.kafka)
-        return end_offsets(self.settings.kafka, topic, client=self._admin)
+        return end_offsets(self.settings.kafka, topic, client=self._kept_admin())
+
+    def _kept_admin(self) -> AdminClient:
+        """One admin client for the job's asks (end offsets, the brokers it lists), made at the first.
+
+        An ask costs a few ms on it instead of a new client's connection; and the broker watch's asks,
+        on a new client each, would knock at a broker that is away.
+        """
+        with self._lock:
+            if self._admin is None:
+                self._admin = admin_client(self.settings.kafka)
+            return self._admin
 
     def _stop(self, query: StreamingQuery, grace_s: float) -> bool:
         """Stop the query between micro-batches; return whether a batch in flight was abandoned.
@@ -491,9 +498,7 @@ class RouterJob:
             if time.monotonic() - self._brokers_asked_at < BROKERS_CHECK_EVERY_S:
                 return
             self._brokers_asked_at = time.monotonic()
-            if self._brokers_admin is None:
-                self._brokers_admin = admin_client(self.settings.kafka)
-            client = self._brokers_admin
+        client = self._kept_admin()
 
         def ask() -> None:
             try:
@@ -580,7 +585,6 @@ class RouterJob:
             self.requests.close()
         self.progress_groups.close()
         self._admin = None
-        self._brokers_admin = None
         if self._outage.one_broker == self._brokers.refused_line:
             self._outage.one_broker = None
 
