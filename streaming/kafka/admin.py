@@ -145,6 +145,21 @@ def _report_missing_replicas(
         )
 
 
+def _missing_topics(
+    kafka: Kafka, wanted: list[str], replication: Replication | None, timeout: float
+) -> tuple[list[str], Replication]:
+    """The topics of `wanted` the cluster lacks, and the replication to make them with.
+
+    `replication`, else the cluster's default; the topics it has, with fewer replicas than that, are
+    reported once.
+    """
+    metadata = cluster_metadata(kafka, timeout)
+    replication = replication or replication_of(kafka, metadata)
+    missing = [name for name in wanted if name not in metadata.topics]
+    _report_missing_replicas(kafka, metadata, [n for n in wanted if n not in missing], replication)
+    return missing, replication
+
+
 TOO_FEW_BROKERS = (
     "the cluster has fewer brokers up than the replicas asked: start the brokers that are away, or set "
     "replication_factor to at most the number of brokers the cluster has"
@@ -208,13 +223,10 @@ def ensure_topics(
     if not wanted:
         return []
     client = admin_client(kafka)
-    metadata = cluster_metadata(kafka, timeout)
-    replication = replication or replication_of(kafka, metadata)
+    missing, replication = _missing_topics(kafka, wanted, replication, timeout)
     topic_config = {**replication.topic_config, **(config or {})}
     if compacted:
         topic_config["cleanup.policy"] = "compact"
-    missing = [name for name in wanted if name not in metadata.topics]
-    _report_missing_replicas(kafka, metadata, [n for n in wanted if n not in missing], replication)
     created: list[str] = []
     if missing:
         requests = [NewTopic(name, partitions, replication.factor, config=topic_config) for name in missing]
@@ -243,10 +255,7 @@ def create_destination_topics(
     if not wanted:
         return {}
     client = admin_client(kafka)  # kept referenced: its futures resolve only while it lives
-    metadata = cluster_metadata(kafka, timeout)
-    replication = replication or replication_of(kafka, metadata)
-    missing = [name for name in wanted if name not in metadata.topics]
-    _report_missing_replicas(kafka, metadata, [n for n in wanted if n not in missing], replication)
+    missing, replication = _missing_topics(kafka, wanted, replication, timeout)
     refused: dict[str, str] = {}
     if missing:
         futures = client.create_topics(
