@@ -1,7 +1,7 @@
 """Data-dependent routing: a service that sends each conversation where its first message says.
 
 When data is partitioned (sales by region, one service per region), routes cannot say where a
-message goes: what is inside it does. A routing service (the seed's `route_messages`) is a service
+message goes: what is inside it does. A routing service is a service
 like any other, hosted in a database of an instance: initiators begin dialogs with it, and it
 classifies the first message of each with a classifier, a Spark SQL expression over the message
 (`streaming.spark.classifier`), to find the target service. Then, in `forward` mode:
@@ -19,10 +19,10 @@ In `redirect` mode it forwards nothing: it answers the first message with a `RED
 message naming the target service (and broker instance) and ends the dialog; the initiator begins
 a dialog with the target itself (`parse_redirect` reads the answer).
 
-The service is an `Endpoint` (acks, resends, order: §1.8), and each batch of messages it takes is
-handled in one transaction of the endpoint's store, with the mappings in the same file: a service
-killed at any moment takes the batch again at its next start, and begins the same outbound dialogs
-again (their ids are derived from the inbound ones), so the targets drop the repeats (A4) and no
+The service is an `Endpoint` (acks, resends, order: docs/rules.md §1.8), and each batch of messages
+it takes is handled in one transaction of the endpoint's store, with the mappings in the same file:
+a service killed at any moment takes the batch again at its next start, and begins the same outbound
+dialogs again (their ids are derived from the inbound ones), so the targets drop the repeats (A4) and no
 message is lost or forwarded twice. Several routing services behind equal routes share the
 conversations round-robin (C5). Given `metrics_port`, the service serves `/metrics` (its answers by
 `answered_with`, its classifications, and its endpoint's figures: `streaming.observe.ddr_metrics`)
@@ -316,7 +316,7 @@ _MAPPINGS = (
     "CREATE TABLE IF NOT EXISTS resolved_conversations (inbound TEXT PRIMARY KEY, "
     "outbound TEXT NOT NULL UNIQUE, service TEXT NOT NULL, broker_instance TEXT)"
 )
-"""The mappings (the seed's table), in the endpoint's store file: they commit with the dialogs."""
+"""The mappings, in the endpoint's store file: they commit with the dialogs."""
 
 
 class RoutingService:

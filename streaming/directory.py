@@ -1,4 +1,4 @@
-"""The dynamic routing service (spec §1.10, B1-B9): MissingRoute requests answered from a directory.
+"""The dynamic routing service (docs/rules.md §1.10, B1-B9): MissingRoute requests answered from a directory.
 
 When a database routes a message to a service it has no route for, and its table holds a route to
 `SQL/ServiceBroker/BrokerConfiguration` (B1), the router delays the conversation and sends one

@@ -1,4 +1,4 @@
-"""Routing scenario files (conformance FORMAT.md): load them, validate them, play their timeline.
+"""Routing scenario files (docs/scenarios.md): load them, validate them, play their timeline.
 
 `load_scenario` turns a YAML file into model objects and rejects bad input at load time with a
 `ConfigError` that names the file, the entry and the field. `ScenarioRunner` plays the timeline with
@@ -12,7 +12,7 @@ The runner keeps the state that lives with the endpoints and the instance, not w
   MissingRoute requests outstanding per (scope, service) (M4, B4);
 * the broker instance an acknowledgement pinned a conversation to (A2, K1).
 
-Each `RoutingBatch` carries that state to the decider. The timeline, as FORMAT.md describes it:
+Each `RoutingBatch` carries that state to the decider. The timeline, as docs/scenarios.md describes it:
 
 * consecutive `message` events form one batch at the current clock;
 * `advance: N` moves the clock, then re-routes every conversation whose first waiting message is

@@ -1,6 +1,6 @@
 """Compare a scenario's decisions with its `expect`, `expect_spread` and `expect_same` keys.
 
-The semantics are those of the conformance checker (FORMAT.md "What `expect` may say"):
+The semantics are those of docs/scenarios.md, "What `expect` may say":
 
 * `expect: {id: {...}}` must match the first decision for that id; `expect: {id: [{...}, ...]}`
   must match the decisions for that id in order, and there must be exactly that many;

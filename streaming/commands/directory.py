@@ -5,7 +5,7 @@
 
 `serve` reads the BrokerConfiguration service's queue of each database of the instance that hosts
 `SQL/ServiceBroker/BrokerConfiguration` (the catalog says which), and answers every MissingRoute
-request the router sends there (spec B6): for a service the file lists, it creates the route in
+request the router sends there (B6): for a service the file lists, it creates the route in
 the table that asked and ends the request; for any other, it ends the request with an error. The
 router routes the waiting conversations again at their next retry. One line per answer; Ctrl-C
 or SIGTERM stops it. See `streaming/directory.py` for the file's format.

@@ -1,6 +1,6 @@
 """`router resolve`: run one routing scenario file and print every decision as one JSON line.
 
-The scenario format and the printed fields are those of the conformance FORMAT.md. The reference
+The scenario format and the printed fields are those of docs/scenarios.md. The reference
 engine is pure Python; `--engine spark` decides the same batches with the Spark SQL engine.
 
 Also runnable as `python -m streaming.commands.resolve [resolve] [--engine E] SCENARIO.yaml`.
@@ -27,7 +27,7 @@ def register(subparsers: Any) -> None:
         "resolve",
         help="run a routing scenario file and print its decisions as JSON lines",
         description=(
-            "Play a routing scenario (conformance FORMAT.md): load the instance and its routing "
+            "Play a routing scenario (docs/scenarios.md): load the instance and its routing "
             "tables, play the timeline of messages, clock advances, route, ack and mirror events, "
             "and print one JSON object per routing decision, in the order the decisions are taken."
         ),

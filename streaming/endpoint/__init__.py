@@ -1,4 +1,4 @@
-"""Endpoints: the services at both ends of a dialog, talking through the router (spec §1.8, §1.16).
+"""Endpoints: the services at both ends of a dialog, talking through the router (docs/rules.md §1.8, §1.16).
 
 `streaming.endpoint.protocol` holds the dialog protocol's decisions (pure), `store` an endpoint's
 durable memory (SQLite), `endpoint` the Kafka side (confluent-kafka and fastavro, no Spark).

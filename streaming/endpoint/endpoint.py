@@ -11,7 +11,7 @@ dialogs live in a `DialogStore` file, so a killed endpoint starts again where it
     for message in endpoint.receive(timeout_s=5):   # replies, EndDialog, Error, DialogTimer
         message.dialog.end()
 
-What it does for the service (spec §1.8, §1.15, §1.16):
+What it does for the service (docs/rules.md §1.8, §1.15, §1.16):
 - numbers every message of a dialog side (A6) and keeps it until the far endpoint acks it,
   resending it with backoff (A3: `retry_first_s`, doubled each time, at most `retry_cap_s`);
 - acks every sequenced message it takes, once it is in the store's queue (A1), acks duplicates

@@ -1,7 +1,8 @@
 """The dialog protocol's decisions as pure functions: what an endpoint does with what arrives.
 
 No Kafka, no SQLite, no clock reads: `streaming.endpoint.store` keeps the dialogs and calls these,
-`streaming.endpoint.endpoint` moves the records. Rule ids are the spec's (§1.8 A, §1.15, §1.16 CL).
+`streaming.endpoint.endpoint` moves the records. Rule ids and sections are those of docs/rules.md
+(§1.8 A, §1.15, §1.16 CL).
 
 **Sequenced and unsequenced (A6).** Every message a service sends on a dialog, EndDialog and an
 application's Error included, gets the dialog side's next sequence number, from 0. An
@@ -16,7 +17,7 @@ acking database's broker instance, which pins the conversation (A2).
 
 **Retransmission (A3).** The sender keeps each message until it is acked and resends it when no
 ack came: the first wait is `RETRY_FIRST_S` ("a few seconds"), doubled after each resend, capped at
-`RETRY_CAP_S` (the spec's "about one minute").
+`RETRY_CAP_S` (Service Broker's "about one minute").
 """
 
 from __future__ import annotations

@@ -667,8 +667,8 @@ class DialogStore:
     def take(self, limit: int) -> list[Queued]:
         """Hand over up to `limit` queued messages and remove them (RECEIVE).
 
-        §1.15's receive order: a DialogTimer before any other message, an Error before any other
-        but a DialogTimer, the rest (EndDialog included) in the order they were taken.
+        The receive order of docs/rules.md §1.15: a DialogTimer before any other message, an Error
+        before any other but a DialogTimer, the rest (EndDialog included) in the order they were taken.
         """
         with self.transaction() as db:
             rows = db.execute(

@@ -1,4 +1,4 @@
-"""Choosing one route from the candidate set: C0 dedupe, tiers C1-C4, and the pick C5 (spec §1.5).
+"""Choosing one route from the candidate set: C0 dedupe, tiers C1-C4, and the pick C5 (docs/rules.md §1.5).
 
 Tiers are tried in order and an empty tier is skipped:
 
@@ -41,8 +41,8 @@ FIELDS = "\x1f"
 class Rotation:
     """C5, M3: new conversations take equal options in turn, round-robin, in order of arrival.
 
-    The spec says "arbitrarily" (C5 [AMB]) and recommends round-robin advanced once per new
-    conversation; the seeds say Service Broker "will choose one of them in a round-robin fashion".
+    Service Broker's documentation says "arbitrarily" (C5 [AMB]); its team described the choice as
+    round-robin, so this engine takes equal options in turn, advanced once per new conversation.
     Each set of equal options of a routing table (a tier's deduplicated routes, or M3's distinct
     broker instances of a service) has its own counter, keyed by `tier_key` or `brokers_key`: the
     index of the option the next pick takes. A conversation that kept a choice (K2) does not pick,

@@ -1,6 +1,6 @@
-"""The reference engine: Service Broker's routing decision as plain Python (spec §1.7).
+"""The reference engine: Service Broker's routing decision as plain Python (docs/rules.md §1.7).
 
-`decide_message` takes one message through the steps in the spec's order, each step a function of
+`decide_message` takes one message through the steps in the order of §1.7, each step a function of
 its own module:
 
     S4 reply shortcut        scoping.reply_shortcut_database
@@ -135,7 +135,7 @@ def decide_message(
     remembered: RouteIdentity | None = None,
     rotation: Rotation | None = None,
 ) -> Decision:
-    """Decide one message against the snapshot (spec §1.7), ignoring other messages of its batch.
+    """Decide one message against the snapshot (§1.7), ignoring other messages of its batch.
 
     `pending_requests` holds the (scope, service) pairs with a MissingRoute request outstanding
     (B4). A decision that makes a new request carries the service in `requests` and the table in

@@ -1,4 +1,4 @@
-"""One routing decision told step by step, in Service Broker's words (spec §1.2-§1.7, §1.11-§1.14).
+"""One routing decision told step by step, in Service Broker's words (docs/rules.md §1.2-§1.7, §1.11-§1.14).
 
 `explain_decision` takes a message through the steps of `streaming.rules.engine.decide_message`, in
 the same order and with the same step functions (`matching.m1_service_and_broker` ... `m6`,
@@ -464,7 +464,7 @@ def _choose(
 
 
 def describe_route(route: Route) -> str:
-    """A route as the spec writes it: `name (service, broker instance, address[, mirror])`, `*` for NULL."""
+    """A route written `name (service, broker instance, address[, mirror])`, `*` for NULL (docs/rules.md)."""
     if route.name == VIRTUAL_LOCAL_ROUTE_NAME:
         return f"the virtual route ({route.service}, *, LOCAL) of M6"
     fields = [route.service or "*", route.broker_instance or "*", route.address]

@@ -1,4 +1,4 @@
-"""Rules for messages this instance relays for others (spec §1.11, C-drop, F1-F5).
+"""Rules for messages this instance relays for others (docs/rules.md §1.11, C-drop, F1-F5).
 
 F2 and F7 (the msdb decision decides; LOCAL means deliver, anything else means forward) are the
 engine's flow; F4 and F6 (no ack, no storage, no decryption) need no decision. What lives here are

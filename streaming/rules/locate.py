@@ -1,4 +1,4 @@
-"""Locating the destination service inside the instance for a LOCAL route (spec §1.6, L1-L5).
+"""Locating the destination service inside the instance for a LOCAL route (docs/rules.md §1.6, L1-L5).
 
 L1: delivery goes straight into the target service's queue of the located database.
 L5 (a located service whose queue is disabled waits in the transmission queue) is a local hold,
@@ -33,7 +33,7 @@ def locate_database(
     does not host `service`, the service is not found ([AMB] faithful reading).
     L3: without one, the database that holds the conversation (`origin`) is tried first, then the
     other broker-enabled databases in catalog order; the first that hosts `service` receives it.
-    The spec leaves the order of "the other databases" unspecified; catalog order is this
+    Service Broker leaves the order of "the other databases" open; catalog order is this
     engine's deterministic choice. For a message from outside (`origin` None) there is no own
     database, so the first hosting database in catalog order is taken.
     """

@@ -1,4 +1,4 @@
-"""Finding the matching routes: the seven matching steps M1-M7 (spec §1.4), with R2 and R3.
+"""Finding the matching routes: the seven matching steps M1-M7 (docs/rules.md §1.4), with R2 and R3.
 
 Input: the active routes of one routing table (R6 is applied by `RouteSnapshot`), the target
 service name and the optional target broker instance (K1). Steps are tried in order and the
@@ -83,8 +83,8 @@ def m4_asks_for_route(routes: Iterable[Route], request_pending: bool) -> bool:
     """M4, B2: a route to the dynamic routing service exists and no request for the service is pending.
 
     When it holds, the message is delayed and a MissingRoute request is made (B3). When a request
-    is already pending (B4), M4 does not apply and matching goes on at M5: the spec's literal
-    7-step reading ([AMB] faithful reading).
+    is already pending (B4), M4 does not apply and matching goes on at M5: the documentation's
+    literal 7-step order ([AMB] faithful reading).
     """
     return not request_pending and any(r.service == BROKER_CONFIGURATION_SERVICE for r in routes)
 

@@ -1,4 +1,4 @@
-"""Database-mirroring routes: which partner receives the traffic (spec §1.13, MI1-MI4).
+"""Database-mirroring routes: which partner receives the traffic (docs/rules.md §1.13, MI1-MI4).
 
 MI1 (mirror routes come first in the choice step but play no part in matching) lives in
 `choice.mirror_tier`; MI4 (a route without MIRROR_ADDRESS never fails over) follows from calling

@@ -27,7 +27,7 @@ CURRENT_DATABASE = "CURRENT DATABASE"
 
 
 class Outcome(str, Enum):
-    """Where a routing decision sends a message (spec §1.7 outcome vocabulary)."""
+    """Where a routing decision sends a message (the outcomes of docs/rules.md, Decision §1.7)."""
 
     DELIVER = "deliver"
     SEND = "send"
@@ -186,7 +186,7 @@ class Message:
 
 @dataclass(frozen=True)
 class Decision:
-    """The fate of one message (FORMAT.md field names), with the rule steps that led to it."""
+    """The fate of one message (the field names of docs/scenarios.md), with the rule steps that led to it."""
 
     id: str
     outcome: Outcome

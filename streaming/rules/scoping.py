@@ -1,4 +1,4 @@
-"""Which routing table a message is matched against, and the two scoping shortcuts (spec §1.2).
+"""Which routing table a message is matched against, and the two scoping shortcuts (docs/rules.md §1.2).
 
 S1-S3 pick the table; S4 lets a reply arriving from outside skip matching; S5 turns a locally
 originated message whose next hop is this very instance into an incoming one.
@@ -32,7 +32,7 @@ def reply_shortcut_database(message: Message, instance: Instance) -> Database | 
     side of its conversation (`from_target`) and is addressed to the broker instance of a database
     of this instance. Faithful reading of S4 [AMB]: a database with message delivery off does not
     count (it is invisible to routing, L4), so such a reply goes through normal msdb matching.
-    As in the spec's procedure (§1.7), the shortcut does not look at the database's services.
+    As in the decision's order (§1.7), the shortcut does not look at the database's services.
     """
     if not (message.is_remote and message.from_target and message.broker_instance):
         return None

@@ -1,4 +1,4 @@
-"""Next hops derived from service names for TRANSPORT routes (spec §1.14, T1-T4).
+"""Next hops derived from service names for TRANSPORT routes (docs/rules.md §1.14, T1-T4).
 
 T2 (TRANSPORT is the last choice tier) lives in `choice.transport_tier`. T3 [AMB]: route files
 refuse a TRANSPORT route that names a service or broker instance (`streaming.tables.validate`); the

@@ -1,4 +1,8 @@
-"""The one place that builds the SparkSession, for the streaming job, the engine and the tests (STYLE 7)."""
+"""The one place that builds the SparkSession, for the streaming job, the engine and the tests.
+
+One builder, so that the jars, the shuffle partitions, the state store and the logging a test runs
+with are those the job runs with.
+"""
 
 from __future__ import annotations
 

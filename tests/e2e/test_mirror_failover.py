@@ -2,7 +2,7 @@
 
 i1's AW database reaches the Stock service by a database-mirroring route whose partners are p1
 (ADDRESS) and p2 (MIRROR_ADDRESS). The partners' roles are written with `router mirrors set`, as a
-partner (or its monitor) would publish them, while `router run` routes (spec §1.13, MI1-MI3).
+partner (or its monitor) would publish them, while `router run` routes (docs/rules.md §1.13, MI1-MI3).
 """
 
 from __future__ import annotations

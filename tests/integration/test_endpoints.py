@@ -1,4 +1,4 @@
-"""Endpoints talking through a running router on the real broker (spec §1.8, §1.15, §1.16).
+"""Endpoints talking through a running router on the real broker (docs/rules.md §1.8, §1.15, §1.16).
 
 Both services live in i1's AW database, so one router job (in a thread, on the session's Spark)
 carries the dialogs both ways: AW's AutoCreatedLocal route delivers every message, reply and

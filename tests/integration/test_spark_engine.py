@@ -5,7 +5,7 @@
 2. A property test generates catalogs, route tables, mirror roles, pending requests, waiting
    conversations and batches of messages, and checks that the two engines take the same decisions:
    EXAMPLES examples of CASES_PER_EXAMPLE cases each, every example decided in one Spark plan.
-   The spec's arbitrary choices (C5, M3, L3) are deterministic in both (the round-robin rotation of
+   The rules' arbitrary choices (C5, M3, L3) are deterministic in both (the round-robin rotation of
    equal options, catalog order), so the decisions must be equal field for field, and so must the
    rotation counters each batch advanced.
 3. The rotation itself, on both engines: over k x n new conversations, arriving in batches of any

@@ -99,7 +99,7 @@ def test_an_error_on_either_side_ends_the_other_with_an_error_that_wraps_it() ->
     fail = reply.steps[0]
     assert [s.act for s in reply.steps] == [Act.FAIL_IN, Act.END_OUT, Act.FORGET]
     assert fail.code == 50 and "SalesEast" in fail.description and "50: region closed" in fail.description
-    # The broker's own errors (a lifetime that passed: code -1) cannot be sent as such (§1.15).
+    # The broker's own errors (a lifetime that passed: code -1) cannot be sent as such (docs/rules.md §1.15).
     reply = answer(
         "SalesRouter",
         inbound=True,

@@ -1,4 +1,4 @@
-"""The dialog protocol's decisions and the endpoint's store, without Kafka (spec §1.8, §1.15, §1.16)."""
+"""The dialog protocol's decisions and the endpoint's store, no Kafka (docs/rules.md §1.8, §1.15, §1.16)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Properties every reference-engine decision has, over generated tables and messages (spec §1.7)."""
+"""Properties every reference-engine decision has, over generated tables and messages (docs/rules.md §1.7)."""
 
 from __future__ import annotations
 

@@ -493,7 +493,7 @@ def test_tsql_and_yaml_agree_on_the_demo_table() -> None:
     "path", sorted((REPO / "routes").rglob("*.sql")) + sorted((REPO / "routes").rglob("routes*.yaml"))
 )
 def test_shipped_route_files_load(path: Path) -> None:
-    """The spec's example scripts name no instance: they load into the one --instance names."""
+    """The routing examples' scripts name no instance: they load into the one --instance names."""
     assert load_route_files([path], now=NOW, instance=None if "demo" in path.parts else "i1")
 
 

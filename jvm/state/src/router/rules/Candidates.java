@@ -9,9 +9,9 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * A candidate set as the choice step reads it (spec §1.5): deduplicated (C0), in identity order
- * (the order C5 picks from), split into the tiers C1-C4. Made once per matching key when the
- * snapshot is built, so a message only picks.
+ * A candidate set as the choice step reads it (docs/rules.md §1.5): deduplicated (C0), in
+ * identity order (the order C5 picks from), split into the tiers C1-C4. Made once per matching key
+ * when the snapshot is built, so a message only picks.
  */
 final class Candidates implements Serializable {
   private static final long serialVersionUID = 1L;

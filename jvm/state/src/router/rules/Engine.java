@@ -5,15 +5,15 @@ import java.util.List;
 import java.util.Set;
 
 /**
- * Service Broker's decision for one message (spec §1.7), the JVM rendering of {@code
+ * Service Broker's decision for one message (docs/rules.md §1.7), the JVM rendering of {@code
  * streaming.rules.engine.decide_message}: the same steps in the same order, each named after the
  * Python function it renders, so that a rule is found by its id in either. The Python reference
  * is the rules' one description; this class is held equal to it by the agreement property tests
  * ({@code tests/integration/test_spark_engine.py}) and every scenario of the suite.
  *
- * <p>The arbitrary choices of the spec are the reference's: the next in turn of a {@link Rotation}
- * over the candidates in identity order (C5) and over the distinct broker instances of M3; L3 tries
- * the origin database first, then catalog order.
+ * <p>Where the rules leave a choice arbitrary, this class takes the reference's: the next in turn
+ * of a {@link Rotation} over the candidates in identity order (C5) and over the distinct broker
+ * instances of M3; L3 tries the origin database first, then catalog order.
  */
 final class Engine {
   static final String M1 = "M1";

@@ -244,7 +244,7 @@ public final class Snapshot implements Serializable {
         } else if (r.brokerInstance == null) {
           wild.add(r);
         }
-        // A route naming a broker instance but no service is matched by no step (§1.4 [AMB]).
+        // A route naming a broker instance but no service is matched by no step (docs/rules.md, M5).
       }
       Map<String, Named> named = new HashMap<>();
       for (Map.Entry<String, List<Route>> e : byService.entrySet()) {
