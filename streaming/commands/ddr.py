@@ -9,7 +9,7 @@ session. `serve` runs the service: it reads the service's queue on the instance,
 first message of each dialog begun with it, and forwards the conversation to the service the
 classifier names (or, in redirect mode, answers with that service's name and ends the dialog).
 One line per message answered; Ctrl-C or SIGTERM stops it, and a new start goes on where it
-stopped (the dialogs and their mappings are in the store file). See `streaming/ddr.py` for the
+stopped (the dialogs and their mappings are in the store file). See `streaming/ddr/` for the
 file's format and what the service does.
 
 Two copies on one `--store` are a service and its standby: the second says so, starts its Spark
@@ -63,7 +63,7 @@ def register(subparsers: Any) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     """Parse each file, check its classifier in Spark (one session for all), and say what it does."""
-    from streaming.ddr import load_routing_service
+    from streaming.ddr.config import load_routing_service
     from streaming.spark.classifier import Classifier
     from streaming.spark.session import build_session
 
@@ -81,7 +81,8 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_serve(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C or SIGTERM."""
-    from streaming.ddr import RoutingService, load_routing_service
+    from streaming.ddr.config import load_routing_service
+    from streaming.ddr.service import RoutingService
     from streaming.endpoint.store import StoreInUse, store_holder, wait_for_store
     from streaming.spark.classifier import Classifier
     from streaming.spark.session import build_session

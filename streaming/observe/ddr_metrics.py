@@ -1,8 +1,8 @@
 """What `router ddr serve` tells Prometheus: the messages a routing service answered, and how.
 
-`DdrFigures` is counted by the service's loop (`streaming.ddr.RoutingService`) and read by
+`DdrFigures` is counted by the service's loop (`streaming.ddr.service.RoutingService`) and read by
 `DdrCollector` when scraped, from the metrics server's thread. A message's answer is named by its
-first step, in `streaming.ddr.Act`'s words (`streaming.ddr.answered_with`). The service is an
+first step, in `streaming.ddr.answers.Act`'s words (`streaming.ddr.answers.answered_with`). The service is an
 endpoint too: its registry also holds the endpoint's metrics (`streaming.endpoint.metrics`).
 Every series has the labels `instance`, `database` and `service`; every counter is there from the
 start, at 0. `METRICS` names every metric exported (the endpoint's are in that module's, its loop's
@@ -83,7 +83,7 @@ class DdrFigures:
 class DdrCollector(Collector):
     """A routing service's metrics, read when scraped (see the module docstring).
 
-    `acts` are the answers counted from the start at 0 (`streaming.ddr.ANSWERS`).
+    `acts` are the answers counted from the start at 0 (`streaming.ddr.answers.ANSWERS`).
     """
 
     def __init__(self, labels: Mapping[str, str], acts: Sequence[str], figures: DdrFigures) -> None:

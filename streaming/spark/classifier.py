@@ -13,7 +13,7 @@ broker instance names one database, R3). For example, for XML and JSON bodies:
 `Classifier` checks the expression against the columns once (a typo is refused when the service
 starts, naming the expression), then classifies a batch of first messages in one Spark job. A
 message whose classification fails (the expression raises on its body) or gives nothing (null or
-an empty name) gets a `streaming.ddr.Classification` with the reason instead: it never stops the
+an empty name) gets a `streaming.ddr.answers.Classification` with the reason instead: it never stops the
 others.
 """
 
@@ -27,7 +27,7 @@ from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
-from streaming.ddr import Classification
+from streaming.ddr.answers import Classification
 from streaming.endpoint.endpoint import Received
 from streaming.errors import ConfigError, short_error
 from streaming.rules.model import canonical_guid
@@ -105,7 +105,7 @@ class Classifier:
             return [self._one(m) for m in messages]
 
     def classify_received(self, received: Sequence[Received]) -> list[Classification]:
-        """`classify` the messages a routing service received (`streaming.ddr.RoutingService`)."""
+        """`classify` the messages a routing service received (`streaming.ddr.service.RoutingService`)."""
         return self.classify(
             [
                 ClassifierInput(m.dialog.conversation_id, m.sequence, m.message_type, m.far_service, m.body)

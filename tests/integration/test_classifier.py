@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.ddr import Classification
+from streaming.ddr.answers import Classification
 from streaming.errors import ConfigError
 from streaming.spark.classifier import Classifier, ClassifierInput
 

@@ -21,13 +21,9 @@ import pytest
 
 from streaming import topics
 from streaming.config import load_settings
-from streaming.ddr import (
-    CLASSIFY_FAILED,
-    REDIRECT_MESSAGE_TYPE,
-    RoutingService,
-    parse_redirect,
-    parse_routing_service,
-)
+from streaming.ddr.answers import CLASSIFY_FAILED, REDIRECT_MESSAGE_TYPE, parse_redirect
+from streaming.ddr.config import parse_routing_service
+from streaming.ddr.service import RoutingService
 from streaming.endpoint import Endpoint
 from streaming.endpoint.endpoint import Dialog, Received
 from streaming.endpoint.protocol import END_DIALOG, ERROR

@@ -31,7 +31,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streaming import topics
 from streaming.config import load_settings
-from streaming.ddr import Classification, Mode, RoutingService, RoutingServiceConfig
+from streaming.ddr.answers import Classification, Mode
+from streaming.ddr.config import RoutingServiceConfig
+from streaming.ddr.service import RoutingService
 from streaming.directory import DirectoryService, parse_directory
 from streaming.endpoint import Endpoint, Received
 from streaming.endpoint.protocol import END_DIALOG

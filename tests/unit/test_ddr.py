@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming.ddr import (
+from streaming.ddr.answers import (
     CLASSIFY_FAILED,
     FORWARDED_ERROR,
     Act,
@@ -14,12 +14,11 @@ from streaming.ddr import (
     Mapping,
     Mode,
     answer,
-    load_routing_service,
     outbound_id,
     parse_redirect,
-    parse_routing_service,
     redirect_body,
 )
+from streaming.ddr.config import load_routing_service, parse_routing_service
 from streaming.endpoint.protocol import END_DIALOG, ERROR
 from streaming.errors import ConfigError, MalformedRecord
 

@@ -13,7 +13,17 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from streaming.commands.common import add_metrics_arguments
-from streaming.ddr import ANSWERS, CLOSED, LEFT, Act, Classification, Mapping, Mode, answer, answered_with
+from streaming.ddr.answers import (
+    ANSWERS,
+    CLOSED,
+    LEFT,
+    Act,
+    Classification,
+    Mapping,
+    Mode,
+    answer,
+    answered_with,
+)
 from streaming.endpoint import EndpointCounts
 from streaming.endpoint import metrics as endpoint_metrics
 from streaming.endpoint.metrics import EndpointCollector
