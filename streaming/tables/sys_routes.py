@@ -8,21 +8,20 @@ routes load --from-sys-routes FILE.csv --instance I --database D`).
 Read (R1): a header row naming the six columns in any order (`route_id` and `principal_id`, the
 other columns of `sys.routes`, may be there too and are ignored); comma or tab separated; a UTF-8
 (with or without BOM) or UTF-16 file; sqlcmd's underline row (`----,----`) and its closing
-`(N rows affected)` line are skipped; cells are trimmed of surrounding blanks (sqlcmd pads them).
-NULL is an empty cell or the word NULL. `lifetime` is the UTC expiry instant as sys.routes holds it
-(`2026-12-01 10:00:00.000`, a `T` or up to 7 fraction digits allowed, R6), or an integer of seconds
-counted from the load, as LIFETIME = n. Every row is checked as a route file's entry is (R1-R5, T3,
-R9); errors name the file, the line and the column. AutoCreatedLocal (R8) is an ordinary row whose
-address is LOCAL.
+`(N rows affected)` line are skipped; unquoted cells are trimmed of surrounding blanks (sqlcmd pads
+them), quoted ones kept as written (R2). NULL is an empty cell or the word NULL. `lifetime` is the
+UTC expiry instant as sys.routes holds it (`2026-12-01 10:00:00.000`, a `T` or up to 7 fraction
+digits allowed, R6), or an integer of seconds counted from the load, as LIFETIME = n. Every row is
+checked as a route file's entry is (R1-R5, T3, R9); errors name the file, the line and the column.
+AutoCreatedLocal (R8) is an ordinary row whose address is LOCAL.
 
 Written: the six columns, NULL as the word NULL, lifetime as the expiry instant in UTC to the
-millisecond, so that reading the CSV back gives the same routes.
+millisecond, a cell with a comma, a quote or surrounding blanks quoted, so that reading the CSV
+back gives the same routes.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
@@ -139,22 +138,73 @@ def load_sys_routes_csv(path: Path, *, now: datetime, instance: str, database: s
 
 
 def _rows(text: str) -> list[tuple[int, list[str]]]:
-    """The CSV's rows with their 1-based lines; blank lines, the underline and the footer left out."""
+    """The CSV's rows with their 1-based lines; blank lines, the underline and the footer left out.
+
+    An unquoted cell is trimmed (sqlcmd pads columns); a quoted one is kept as it is, since a service
+    name is compared byte by byte (R2) and may end in a blank.
+    """
     first = next((line for line in text.splitlines() if line.strip()), "")
     delimiter = "\t" if "\t" in first and "," not in first else ","
-    reader = csv.reader(io.StringIO(text), delimiter=delimiter)
     rows = []
-    start = 1
-    for cells in reader:
-        line, start = start, reader.line_num + 1
-        stripped = [cell.strip() for cell in cells]
-        if not any(stripped):
+    for line, cells in split_csv(text, delimiter):
+        if not any(cells):
             continue
-        if len(stripped) == 1 and _ROWS_AFFECTED.match(stripped[0]):
+        if len(cells) == 1 and _ROWS_AFFECTED.match(cells[0]):
             continue
-        if all(_UNDERLINE.match(cell) for cell in stripped if cell):
+        if all(_UNDERLINE.match(cell) for cell in cells if cell):
             continue
-        rows.append((line, stripped))
+        rows.append((line, cells))
+    return rows
+
+
+def split_csv(text: str, delimiter: str) -> list[tuple[int, list[str]]]:
+    """Split CSV text into rows of cells (RFC 4180 quoting, `""` for a quote), each with its first line.
+
+    Unquoted cells are trimmed of surrounding blanks; quoted cells keep them.
+    """
+    rows: list[tuple[int, list[str]]] = []
+    cells: list[str] = []
+    cell: list[str] = []
+    quoted = in_quotes = False
+    line = row_line = 1
+    i, n = 0, len(text)
+
+    def end_cell() -> None:
+        nonlocal cell, quoted
+        value = "".join(cell)
+        cells.append(value if quoted else value.strip())
+        cell, quoted = [], False
+
+    while i < n:
+        ch = text[i]
+        if in_quotes:
+            if ch == '"' and text.startswith('""', i):
+                cell.append('"')
+                i += 2
+                continue
+            if ch == '"':
+                in_quotes = False
+            else:
+                cell.append(ch)
+                line += ch == "\n"
+        elif ch == '"' and not "".join(cell).strip():
+            cell, quoted, in_quotes = [], True, True
+        elif ch == delimiter:
+            end_cell()
+        elif ch in "\r\n":
+            if ch == "\r" and text.startswith("\n", i + 1):
+                i += 1
+            end_cell()
+            rows.append((row_line, cells))
+            cells = []
+            line += 1
+            row_line = line
+        elif not (quoted and ch.isspace()):  # blanks after a closing quote are padding
+            cell.append(ch)
+        i += 1
+    if cell or cells or quoted:
+        end_cell()
+        rows.append((row_line, cells))
     return rows
 
 
@@ -218,13 +268,20 @@ def parse_lifetime(value: str | None, source: Source, subject: str, *, now: date
 
 
 def render_sys_routes_csv(routes: Iterable[Route]) -> str:
-    """Return one database's routes as a sys.routes CSV (header, NULL as the word, expiry in UTC)."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    for route in routes:
-        writer.writerow(_cells(route))
-    return out.getvalue()
+    """Return one database's routes as a sys.routes CSV (header, NULL as the word, expiry in UTC).
+
+    A cell is quoted when it holds a comma, a quote, a line break or surrounding blanks, so that it
+    reads back as written.
+    """
+    lines = [",".join(COLUMNS)]
+    lines += [",".join(_csv_cell(cell) for cell in _cells(route)) for route in routes]
+    return "\n".join(lines) + "\n"
+
+
+def _csv_cell(value: str) -> str:
+    if value != value.strip() or any(ch in value for ch in ',"\r\n\t'):
+        return '"' + value.replace('"', '""') + '"'
+    return value
 
 
 def _cells(route: Route) -> Sequence[str]:

@@ -76,6 +76,13 @@ def test_tab_separated_utf16_with_extra_sys_routes_columns_and_seconds() -> None
     assert csv_routes(decode(("\ufeff" + HEADER + "A,,,,LOCAL,\n").encode(), "x.csv"))[0].name == "A"
 
 
+def test_a_quoted_cell_keeps_its_blanks_commas_and_quotes() -> None:
+    text = HEADER + '"R, ""1""","OrderParts ",NULL,NULL,  "TCP://h.example:4022"  ,NULL\r\n'
+    routes = csv_routes(text)
+    assert routes == [Route("AW", 'R, "1"', "TCP://h.example:4022", service="OrderParts ")]
+    assert csv_routes(render_routes("csv", "i1", routes, now=NOW)) == routes
+
+
 @pytest.mark.parametrize(
     ("text", "error"),
     [
