@@ -8,7 +8,7 @@ import pytest
 
 from streaming.errors import ConfigError
 from streaming.rules.model import Route
-from streaming.tables.operations import route_key
+from streaming.tables.operations import RouteOperation, route_key
 from streaming.tables.plan import FieldChange, diff_load, diff_tables, planned_tables
 from streaming.tables.tsql import parse_route_script
 from streaming.tables.yaml_files import parse_route_yaml
@@ -25,7 +25,7 @@ LIVE = {
 }
 
 
-def yaml_ops(text: str):  # type: ignore[no-untyped-def]
+def yaml_ops(text: str) -> list[RouteOperation]:
     return parse_route_yaml(text, "routes.yaml", now=NOW)
 
 
