@@ -195,22 +195,34 @@ def publish_routes(
     """
     current = read_routes(kafka, topic, timeout=timeout)
     changes = plan_route_changes(current.table, operations)
-    if databases is not None:
-        for change in changes:
-            if change.route is None:
-                continue
-            subject = route_subject(change.scope, change.name)
-            if change.instance not in databases:
-                fail(
-                    change.source,
-                    subject,
-                    f"expected an instance of the catalogs ({', '.join(sorted(databases))}), got "
-                    f"{change.instance!r}; load its catalog first (router catalogs load FILE)",
-                    "instance",
-                )
-            check_known_scope(change.route.scope, databases[change.instance], change.source, subject)
+    check_in_catalogs(changes, databases)
     publish_route_changes(kafka, changes, topic, timeout=timeout)
     return changes
+
+
+def check_in_catalogs(
+    changes: Iterable[RouteChange], databases: Mapping[str, Collection[str]] | None
+) -> None:
+    """Refuse a created or altered route outside the catalogs (`databases`; None: no catalog loaded).
+
+    Its instance must be one of the catalogs and its scope one of that instance's databases; a
+    drop needs neither, so that the routes of a database that left the catalogs can go.
+    """
+    if databases is None:
+        return
+    for change in changes:
+        if change.route is None:
+            continue
+        subject = route_subject(change.scope, change.name)
+        if change.instance not in databases:
+            fail(
+                change.source,
+                subject,
+                f"expected an instance of the catalogs ({', '.join(sorted(databases))}), got "
+                f"{change.instance!r}; load its catalog first (router catalogs load FILE)",
+                "instance",
+            )
+        check_known_scope(change.route.scope, databases[change.instance], change.source, subject)
 
 
 def put_route(

@@ -78,12 +78,26 @@ def test_every_kafka_command_reads_the_security_settings_of_the_settings_file(
     )
 
 
-def test_routes_load_dry_run_validates_without_a_broker(capsys: pytest.CaptureFixture[str]) -> None:
-    args = parse(["routes", "load", "--dry-run", str(REPO / "routes/demo/routes.sql")])
-    assert args.func(args) == 0
-    out = capsys.readouterr().out
-    assert "create  i1/AW/OrderPartsRoute" in out
-    assert "checked 3 route operation(s) in 1 file(s); published nothing" in out
+@pytest.mark.parametrize("action", [["load", "--dry-run"], ["diff"], ["load"]])
+def test_routes_files_are_checked_before_the_broker_is_asked(action: list[str], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.sql"
+    bad.write_text("USE AW;\nCREATE ROUTE r WITH ADDRESS = 'LOCAL', MIRROR_ADDRESS = 'TCP://m:4022';\n")
+    args = parse(["routes", *action, str(bad), "--instance", "i1", "--bootstrap", "127.0.0.1:1"])
+    with pytest.raises(ConfigError, match=r"bad\.sql:2: route AW/r: field 'MIRROR_ADDRESS': a LOCAL route"):
+        args.func(args)
+
+
+def test_routes_load_needs_files_or_a_sys_routes_csv_with_its_instance_and_database(tmp_path: Path) -> None:
+    args = parse(["routes", "load", "--bootstrap", "127.0.0.1:1"])
+    with pytest.raises(ConfigError, match="expected route files or --from-sys-routes FILE.csv, got neither"):
+        args.func(args)
+    csv_file = tmp_path / "routes.csv"
+    csv_file.write_text("name,remote_service_name,broker_instance,lifetime,address,mirror_address\n")
+    args = parse(["routes", "diff", "--from-sys-routes", str(csv_file), "--instance", "i1"])
+    with pytest.raises(
+        ConfigError, match=r"routes\.csv: expected --database: a sys.routes CSV names neither"
+    ):
+        args.func(args)
 
 
 def test_routes_load_refuses_a_bad_file_before_publishing(tmp_path: Path) -> None:
