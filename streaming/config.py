@@ -1,6 +1,7 @@
-"""Settings of one router job: one typed, frozen object, read once at start-up (STYLE 5).
+"""Settings of one router job: one typed, frozen object, read once at start-up.
 
-A settings file is YAML; every key is optional but `instance`:
+Every part of the job reads the same values, and none reads the environment later. A settings file
+is YAML; every key is optional but `instance`:
 
     instance: i1                      # the instance whose traffic this job routes (catalog name)
     instances: [a, b]                 # or several instances, routed by one query (instead of `instance`)

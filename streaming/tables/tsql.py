@@ -1,6 +1,6 @@
 """Route tables written as T-SQL: the CREATE / ALTER / DROP ROUTE statements of SQL Server.
 
-The subset read (spec §1.1; CREATE ROUTE and ALTER ROUTE syntax):
+The subset read (docs/rules.md §1.1; CREATE ROUTE and ALTER ROUTE syntax):
 
     USE database                                  -- sets the scope of the statements after it
     GO                                            -- batch separator; the scope carries over

@@ -6,7 +6,7 @@ line), what it describes (the route `scope/name`, or the instance and database) 
     routes.yaml:12: route AW/OrderPartsRoute: field 'address': expected LOCAL, TRANSPORT or
     TCP://host:port[/] with port 1..65535, got 'tcp://host2'
 
-Rules checked (spec §1.1, §1.6, §1.11): addresses (R4), mirror addresses (R5), broker instance GUIDs
+Rules checked (docs/rules.md §1.1, §1.6, §1.11): addresses (R4), mirror addresses (R5), broker instance GUIDs
 (R3, canonicalized), TRANSPORT routes are catch-all (T3), a BCN route has no broker instance (R9),
 (scope, name) is unique (R1), catalog database names and active broker instances are unique (L4),
 endpoint settings (F1).

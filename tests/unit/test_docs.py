@@ -46,15 +46,6 @@ ANCHOR_ID = re.compile(r"<a id=\"([^\"]+)\"></a>")
 
 OUTSIDE = re.compile(r"FORMAT\.md|STYLE\.md|\bSTYLE \d+|\bspec §", re.IGNORECASE)
 """How documents outside the repository were cited: the scenario format, the style guide, the spec."""
-NOT_YET_REWRITTEN = frozenset(
-    {
-        "streaming/config.py",
-        "streaming/tables/tsql.py",
-        "streaming/tables/validate.py",
-    }
-)
-"""Files whose citations of outside documents are still to be rewritten (see test below): remove a
-file from this set once its citations point into the repository."""
 
 
 def text_files(*folders: str) -> Iterator[Path]:
@@ -199,24 +190,12 @@ def test_every_link_of_a_document_resolves(document: Path) -> None:
 
 
 def test_no_code_cites_a_document_outside_the_repository() -> None:
-    found = sorted(
-        (place, text)
-        for text, places in cited(OUTSIDE, CODE_FOLDERS).items()
-        for place in places
-        if place.split(":")[0] not in NOT_YET_REWRITTEN
-    )
+    found = sorted((place, text) for text, places in cited(OUTSIDE, CODE_FOLDERS).items() for place in places)
     assert not found, "\n".join(
         f"{place}: {text!r} cites a document outside the repository; cite docs/rules.md (a rule id or "
         "its §), docs/scenarios.md, or say the reason in words"
         for place, text in found
     )
-
-
-def test_the_files_not_yet_rewritten_still_need_it() -> None:
-    """A file of NOT_YET_REWRITTEN whose citations were rewritten leaves the set."""
-    citing = {place.split(":")[0] for places in cited(OUTSIDE, CODE_FOLDERS).values() for place in places}
-    done = sorted(NOT_YET_REWRITTEN - citing)
-    assert not done, f"{done} cite no outside document any more: remove them from NOT_YET_REWRITTEN"
 
 
 def test_the_outside_pattern_finds_each_form() -> None:
