@@ -16,7 +16,8 @@ from typing import Any
 from streaming.errors import RouterError
 from streaming.rules.batch import Decider
 from streaming.rules.engine import ReferenceEngine
-from streaming.scenario import ScenarioRunner, load_scenario
+from streaming.scenario.loader import load_scenario
+from streaming.scenario.runner import ScenarioRunner
 
 ENGINES = ("reference", "spark")
 

@@ -40,7 +40,6 @@ class Mode(str, Enum):
     REDIRECT = "redirect"
 
 
-
 @dataclass(frozen=True)
 class Mapping:
     """An inbound dialog and the outbound dialog it was forwarded on (`resolved_conversations`)."""

@@ -237,4 +237,3 @@ class RoutingService:
                 inbound.end_with_error(step.code, step.description)
             elif step.act is Act.FORGET and mapping is not None:
                 forget(db, mapping)
-

@@ -42,7 +42,7 @@ from streaming.rules.model import (
     Route,
     normalize_address,
 )
-from streaming.scenario_check import check_scenario_file
+from streaming.scenario.check import check_scenario_file
 from streaming.spark.decider import SparkDecider
 from streaming.spark.decision import ROUTE_FIELDS, DecisionInputs, build_snapshot, decide, snapshot_json
 from streaming.spark.sources import TIME_FORMAT

@@ -45,7 +45,8 @@ from streaming.rules.model import (
     RouteIdentity,
 )
 from streaming.rules.snapshot import RouteSnapshot
-from streaming.scenario import ScenarioRunner, load_scenario
+from streaming.scenario.loader import load_scenario
+from streaming.scenario.runner import ScenarioRunner
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 FILES = sorted(SCENARIOS.rglob("*.yaml"))

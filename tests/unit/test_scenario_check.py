@@ -10,8 +10,8 @@ import yaml
 from streaming.rules.batch import BatchResult, RoutingBatch
 from streaming.rules.engine import ReferenceEngine
 from streaming.rules.model import Decision, Outcome
-from streaming.scenario import parse_scenario
-from streaming.scenario_check import check_scenario_file, evaluate, field_matches
+from streaming.scenario.check import check_scenario_file, evaluate, field_matches
+from streaming.scenario.loader import parse_scenario
 
 INSTANCE = {
     "name": "i1",

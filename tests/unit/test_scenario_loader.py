@@ -9,7 +9,8 @@ import pytest
 
 from streaming.errors import ConfigError
 from streaming.rules.model import CURRENT_DATABASE, MirrorRole
-from streaming.scenario import AckEvent, AdvanceEvent, MessageEvent, MirrorEvent, RouteEvent, load_scenario
+from streaming.scenario.loader import load_scenario
+from streaming.scenario.model import AckEvent, AdvanceEvent, MessageEvent, MirrorEvent, RouteEvent
 
 GOOD = """\
 name: sample

@@ -15,7 +15,9 @@ from streaming.errors import RouterError
 from streaming.rules.batch import BatchResult, RoutingBatch
 from streaming.rules.engine import ReferenceEngine
 from streaming.rules.model import Decision, Outcome
-from streaming.scenario import Scenario, ScenarioRunner, load_scenario
+from streaming.scenario.loader import load_scenario
+from streaming.scenario.model import Scenario
+from streaming.scenario.runner import ScenarioRunner
 
 HEADER = """\
 instance:

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from streaming.rules.batch import Decider
-from streaming.scenario import Scenario, ScenarioRunner, load_scenario
+from streaming.scenario.loader import load_scenario
+from streaming.scenario.model import Scenario
+from streaming.scenario.runner import ScenarioRunner
 
 DeciderFactory = Callable[[], Decider]
 JsonDecision = Mapping[str, Any]
