@@ -104,7 +104,7 @@ if ! stamp_is_current jars-router "$state_input" || [[ ! -f "$state_jar" ]]; the
     built="$CACHE/state-jar"
     rm -rf "$built"
     mkdir -p "$(dirname "$state_jar")"
-    if ! mvn -q -B -f jvm/state/pom.xml package -DskipTests -Drouter.jar.dir="$built" \
+    if ! mvn -q -B -f jvm/state/pom.xml package -Dmaven.test.skip=true -Drouter.jar.dir="$built" \
         >"$CACHE/mvn-state.log" 2>&1; then
         cat "$CACHE/mvn-state.log" >&2
         die "mvn could not build jvm/state (log above, also in $CACHE/mvn-state.log)"
