@@ -7,27 +7,35 @@ BIN := .venv/bin
 # Test processes: each has its own broker and Spark driver (Spark's planning is single-threaded).
 TEST_WORKERS ?= 2
 
-.PHONY: help setup demo test test-unit check kafka-start kafka-stop bench clean distclean
+# The JUnit tests' cases, written by the Python reference (tests/jvm_cases.py); git-ignored.
+JVM_CASES ?= .cache/jvm-cases
+
+.PHONY: help setup demo test test-unit test-jvm test-integration check kafka-start kafka-stop bench clean distclean
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-setup: ## create .venv, install Python deps, copy the Kafka and Spark jars, compile jvm/state (only what changed)
+setup: ## create .venv, install Python deps, copy the Kafka and Spark jars, build jvm/state with Maven (only what changed)
 	@bash scripts/setup.sh
 
 demo: setup ## run the demo: broker, routes, messages routed end to end by the Spark job
 	$(BIN)/router demo
 
-test: setup ## run all tests: unit first (fails fast), then integration (real Kafka, Spark), e2e, fault tier
-	@# The unit tier first, in seconds: a broken rule or contract fails before the brokers start.
+test: test-unit test-integration ## run all tests: the unit tier first (fails fast), then integration (real Kafka, Spark), e2e, fault tier
+
+test-unit: setup test-jvm ## the unit tier, in seconds: Python's (no Kafka, no Spark) and the JVM half's JUnit tests
+	@# A broken rule or contract fails here, before any broker starts.
 	$(BIN)/pytest -q -n $(TEST_WORKERS) tests/unit
-	@# Then one session, the longest tests first (tests/conftest.py orders them), so that short tests
+
+test-jvm: setup ## the JUnit tests of jvm/state (no Spark): the Python reference writes cases, the Java replays them
+	$(BIN)/python -m tests.jvm_cases $(JVM_CASES)
+	mvn -q -B -f jvm/state/pom.xml test -Drouter.cases=$(abspath $(JVM_CASES))
+
+test-integration: setup ## the tiers with brokers and Spark: integration, e2e and the fault tier
+	@# One session, the longest tests first (tests/conftest.py orders them), so that short tests
 	@# fill the workers' gaps at the end; --maxschedchunk 1: a worker takes the next test when it is
 	@# free (in chunks, the first worker would get every fault test). --durations names the slowest.
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk 1 --durations=20 tests/integration tests/e2e
-
-test-unit: setup ## run the unit tests only (no Kafka, no Spark: seconds)
-	$(BIN)/pytest -q tests/unit
 
 check: setup ## lint and type-check: ruff and mypy
 	$(BIN)/ruff check .
@@ -45,6 +53,7 @@ bench: setup ## measure the router against the transport, a pass-through and a P
 clean: ## stop the broker; delete .state, checkpoints and tool caches (keeps .venv and the jars)
 	@if [ -x $(BIN)/router ]; then $(BIN)/router kafka stop || true; fi
 	rm -rf .state checkpoints spark-warehouse metastore_db derby.log .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf jvm/state/target $(JVM_CASES)
 	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean ## clean, then delete .venv and .cache (the next setup starts from scratch)

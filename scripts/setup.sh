@@ -3,8 +3,8 @@
 #   1. .venv/                   created with `python3 -m venv` when missing
 #   2. pip install -e '.[dev]'  when pyproject.toml changed since the last install
 #   3. .cache/jars/{spark,kafka,kafka-tools} copied from Maven Central when jvm/<side>/pom.xml changed
-#   4. .cache/jars/router/router-state.jar compiled with javac from jvm/state/src against pyspark's
-#      own jars, when a source file or the pyspark version changed
+#   4. .cache/jars/router/router-state.jar built by Maven from jvm/state (its pom pins pyspark's
+#      jar versions), when a source file, the pom or the pyspark version changed
 # Each step leaves a stamp (the sha256 of its input) in .cache/stamps/; a second run does nothing
 # and says so. ROUTER_CACHE_DIR moves the cache (jars and stamps) elsewhere; PYTHON picks the
 # interpreter that creates the venv.
@@ -39,9 +39,8 @@ write_stamp() {
 
 need "$PYTHON" "Python 3.10 or newer, to create .venv"
 need java "a JDK 17, to run Spark and the embedded Kafka broker"
-need mvn "Maven, to copy the Kafka and Spark jars from Maven Central"
+need mvn "Maven, to copy the Kafka and Spark jars from Maven Central and build jvm/state"
 need javac "a JDK 17 (javac), to compile the router's state processor"
-need jar "a JDK 17 (jar), to package the router's state processor"
 cd "$ROOT"
 
 # 1. The virtualenv.
@@ -92,28 +91,28 @@ for side in spark kafka kafka-tools; do
     did_something=1
 done
 
-# 4. The router's JVM classes (the state processor, the batch plan, the Kafka write), compiled
-# against the jars of the installed pyspark and the Kafka connector, so that they match the Spark
-# they run in.
-pyspark_jars="$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
+# 4. The router's JVM classes (the state processor, the batch plan, the Kafka write), built by Maven
+# (jvm/state/pom.xml) against the versions of the installed pyspark's jars, so that they match the
+# Spark they run in.
 state_input="$CACHE/state-input.txt"
 mkdir -p "$CACHE"
-{ find jvm/state/src -name '*.java' | sort | xargs sha256sum; "$VENV/bin/python" -c 'import pyspark; print(pyspark.__version__)'; sha256sum jvm/spark/pom.xml; } >"$state_input"
+{ find jvm/state/src -name '*.java' | sort | xargs sha256sum; sha256sum jvm/state/pom.xml; "$VENV/bin/python" -c 'import pyspark; print(pyspark.__version__)'; } >"$state_input"
 state_jar="$CACHE/jars/router/router-state.jar"
 if ! stamp_is_current jars-router "$state_input" || [[ ! -f "$state_jar" ]]; then
-    say "compiling the state processor (jvm/state) against pyspark's jars into $state_jar"
-    classes="$CACHE/state-classes"
-    rm -rf "$classes"
-    mkdir -p "$classes" "$(dirname "$state_jar")"
-    if ! javac -nowarn --release 17 -d "$classes" -cp "$pyspark_jars/*:$CACHE/jars/spark/*" \
-        $(find jvm/state/src -name '*.java' | sort) >"$CACHE/javac.log" 2>&1; then
-        cat "$CACHE/javac.log" >&2
-        die "javac could not compile jvm/state (log above, also in $CACHE/javac.log)"
+    say "building the state processor (mvn -f jvm/state/pom.xml package) into $state_jar"
+    started=$SECONDS
+    built="$CACHE/state-jar"
+    rm -rf "$built"
+    mkdir -p "$(dirname "$state_jar")"
+    if ! mvn -q -B -f jvm/state/pom.xml package -Dmaven.test.skip=true -Drouter.jar.dir="$built" \
+        >"$CACHE/mvn-state.log" 2>&1; then
+        cat "$CACHE/mvn-state.log" >&2
+        die "mvn could not build jvm/state (log above, also in $CACHE/mvn-state.log)"
     fi
-    jar --create --file "$state_jar.tmp" -C "$classes" .
-    mv "$state_jar.tmp" "$state_jar"
-    rm -rf "$classes"
+    mv "$built/router-state.jar" "$state_jar"
+    rm -rf "$built"
     write_stamp jars-router "$state_input"
+    say "state processor built in $((SECONDS - started)) s"
     did_something=1
 fi
 

@@ -100,7 +100,9 @@ public final class Snapshot implements Serializable {
     Map<String, String> inbound = new HashMap<>();
     JsonNode topics = root.get("inbound");
     if (topics != null) {
-      topics.fields().forEachRemaining(e -> inbound.put(e.getKey(), e.getValue().asText()));
+      for (Map.Entry<String, JsonNode> e : topics.properties()) {
+        inbound.put(e.getKey(), e.getValue().asText());
+      }
     }
     return new Snapshot(sites, text(root, "prefix"), inbound, text(root, "version"), json);
   }
@@ -318,7 +320,9 @@ public final class Snapshot implements Serializable {
       Map<String, String> mirrors = new HashMap<>();
       JsonNode roles = node.get("mirrors");
       if (roles != null) {
-        roles.fields().forEachRemaining(e -> mirrors.put(e.getKey(), e.getValue().asText()));
+        for (Map.Entry<String, JsonNode> e : roles.properties()) {
+          mirrors.put(e.getKey(), e.getValue().asText());
+        }
       }
       this.mirrors = mirrors;
       JsonNode topics = node.get("topics");
