@@ -21,7 +21,9 @@ setup: ## create .venv, install Python deps, copy the Kafka and Spark jars, buil
 demo: setup ## run the demo: broker, routes, messages routed end to end by the Spark job
 	$(BIN)/router demo
 
-test: test-unit test-integration ## run all tests: the unit tier first (fails fast), then integration (real Kafka, Spark), e2e, fault tier
+test: setup ## run all tests: the unit tier first (fails fast), then integration (real Kafka, Spark), e2e, fault tier
+	@s=$$SECONDS; $(MAKE) --no-print-directory test-unit && echo "make test: the unit tier took $$((SECONDS - s)) s"
+	@s=$$SECONDS; $(MAKE) --no-print-directory test-integration && echo "make test: the integration tiers took $$((SECONDS - s)) s"
 
 test-unit: setup test-jvm ## the unit tier, in seconds: Python's (no Kafka, no Spark) and the JVM half's JUnit tests
 	@# A broken rule or contract fails here, before any broker starts.
@@ -29,7 +31,10 @@ test-unit: setup test-jvm ## the unit tier, in seconds: Python's (no Kafka, no S
 
 test-jvm: setup ## the JUnit tests of jvm/state (no Spark): the Python reference writes cases, the Java replays them
 	$(BIN)/python -m tests.jvm_cases $(JVM_CASES)
-	mvn -q -B -f jvm/state/pom.xml test -Drouter.cases=$(abspath $(JVM_CASES))
+	@# Maven's own lines go to a log, shown when a test fails; surefire's reports give the count.
+	@if mvn -q -B -f jvm/state/pom.xml test -Drouter.cases=$(abspath $(JVM_CASES)) >$(JVM_CASES)/mvn-test.log 2>&1; \
+		then cat jvm/state/target/surefire-reports/*.txt | grep -h "Tests run" | sed 's/^/junit: /'; \
+		else cat $(JVM_CASES)/mvn-test.log; echo "junit: failed (log above, also in $(JVM_CASES)/mvn-test.log)" >&2; exit 1; fi
 
 test-integration: setup ## the tiers with brokers and Spark: integration, e2e and the fault tier
 	@# One session, the longest tests first (tests/conftest.py orders them), so that short tests

@@ -38,7 +38,7 @@ from streaming.rules.choice import Rotation
 from streaming.rules.engine import ReferenceEngine, decide_message
 from streaming.rules.model import Decision, Message, Outcome, Reason
 from streaming.rules.snapshot import RouteSnapshot
-from streaming.scenario_check import check_scenario_file
+from streaming.scenario.check import check_scenario_file
 from streaming.spark.decision import snapshot_json
 from tests.integration import test_conversation_memory as memory_tests
 from tests.integration import test_spark_engine as engine_tests

@@ -95,7 +95,8 @@ final class Engine {
     }
     Snapshot.Database shortcut = replyShortcut(m, site);
     if (shortcut != null) {
-      Decision d = new Decision(Decision.DELIVER, Snapshot.MSDB);
+      // S4 consults no routing table: the decision has no scope, as the reference's has none.
+      Decision d = new Decision(Decision.DELIVER, null);
       d.database = shortcut.name;
       d.matchStep = S4;
       return d;
