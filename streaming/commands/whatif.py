@@ -2,9 +2,9 @@
 
 Takes the messages the instance received in a window (its outbound and inbound topics, from the
 first record at or after `--since` ago, by the brokers' offsets for times, or the last `--max`
-records), decides each under the live tables and under the tables FILE would leave (loaded and
-validated as `router routes load` does, published nowhere), with the job's engine in one Spark
-batch query, and prints how many would change:
+records, shared equally among the topics' partitions), decides each under the live tables and
+under the tables FILE would leave (loaded and validated as `router routes load` does, published
+nowhere), with the job's engine in one Spark batch query, and prints how many would change:
 
   * the change table: (from topic, outcome) -> (to topic, outcome), with counts and example ids;
   * the conversations whose kept choice (K2, on the instance's choices topic) names a route the
@@ -346,14 +346,14 @@ def draw_chart(report: WhatIf, path: Path) -> None:
     names = list(services)
     same = [n - changed for n, changed in services.values()]
     changed = [c for _, c in services.values()]
-    figure, axes = plt.subplots(figsize=(8, max(2.5, 0.45 * len(names) + 1.5)))
+    figure, axes = plt.subplots(figsize=(8, max(3.0, 0.45 * len(names) + 2.0)))
     try:
         axes.barh(names, same, color="#9aa5b1", label="decided the same")
         axes.barh(names, changed, left=same, color="#d9534f", label="would change")
         axes.invert_yaxis()
         axes.set_xlabel("messages in the window")
         axes.set_title(f"router whatif: {report.instance}, {report.changed} of {report.decided} would change")
-        axes.legend(loc="lower right")
+        axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
         figure.tight_layout()
         figure.savefig(path, dpi=100)
     finally:
