@@ -193,6 +193,13 @@ def test_the_table_for_people_and_a_window_of_the_last_records(
         str(STOCK),
     ]
     assert "services that would start to be delayed:" in lines
+    kept = lines.index("kept choices (K2) naming a route the change removes:")
+    assert lines[kept + 2].split() == ["AW", "Stock", "*", "tcp://f1.example:4022", "1", "conv-stock-3"]
+    # A choice older than the router keeps one (keep_choice_s) is not counted.
+    code = whatif(kafka_bootstrap, prefix, str(folder / "change.sql"), "--keep-choice-s", "0.001")
+    out, _ = capsys.readouterr()
+    assert code == 0
+    assert "kept choices (K2) naming a route the change removes: none" in out.splitlines()
     assert offsets_of(kafka_bootstrap, prefix) == before
 
 
