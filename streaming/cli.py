@@ -26,6 +26,7 @@ COMMANDS = (
     "directory",
     "ddr",
     "demo",
+    "whatif",
 )
 
 

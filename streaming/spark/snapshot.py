@@ -72,6 +72,17 @@ def reachable_topics(topology: Topology, routes: Iterable[tuple[str, Route]]) ->
     return sorted(names)
 
 
+def topic_naming(topology: Topology) -> TopicNaming:
+    """The destination topics a snapshot of the query's instances names (`build_snapshot`'s `topics`)."""
+    t = topology
+    return TopicNaming(
+        prefix=t.prefix,
+        inbound=t.inbound_by_address,
+        delayed={i.name: topics.delayed_topic(i.name, t.prefix) for i in t.instances},
+        dropped={i.name: topics.dropped_topic(i.name, t.prefix) for i in t.instances},
+    )
+
+
 @contextmanager
 def _collector_paused() -> Iterator[None]:
     """Python's cycle collector paused for the block: while a snapshot is built.
@@ -108,13 +119,7 @@ class RouteSnapshots:
             databases=databases_by_instance(topology.instances),
         )
         self.mirrors = MirrorTableReader(settings.kafka, topics.mirrors_topic(settings.topic_prefix))
-        t = topology
-        self.naming = TopicNaming(
-            prefix=t.prefix,
-            inbound=t.inbound_by_address,
-            delayed={i.name: topics.delayed_topic(i.name, t.prefix) for i in t.instances},
-            dropped={i.name: topics.dropped_topic(i.name, t.prefix) for i in t.instances},
-        )
+        self.naming = topic_naming(topology)
         self.current: Snapshot | None = None
         self.taken_at = 0.0
         """When the current snapshot was built (Unix time)."""
