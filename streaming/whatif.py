@@ -8,7 +8,7 @@ reports what would change. Here is what needs no Spark and no Kafka:
   the last `--max` records shared among the partitions (`last_records`);
 * the planned tables: the files loaded and validated as `router routes load` loads them
   (`route_operations`), applied to the live tables and checked as it checks them before it
-  publishes, and published nowhere (`planned_tables`);
+  publishes, and published nowhere (`streaming.tables.plan.planned_tables`, as `routes diff`);
 * the kept choices (K2) a change leaves without their route (`removed_identities`);
 * the report: counts by (from destination, outcome) -> (to destination, outcome), the services
   that would start to be delayed, and the changes by service (`WhatIf`).
@@ -16,9 +16,8 @@ reports what would change. Here is what needs no Spark and no Kafka:
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -26,17 +25,11 @@ from pathlib import Path
 from streaming.errors import ConfigError
 from streaming.rules.model import Route, normalize_address
 from streaming.rules.scoping import MSDB
-from streaming.tables.loading import SQL_SUFFIXES, YAML_SUFFIXES
+from streaming.tables.loading import load_route_files
 from streaming.tables.operations import (
     RouteOperation,
-    apply_changes,
-    check_operations,
-    plan_route_changes,
     split_route_key,
 )
-from streaming.tables.tsql import load_route_script
-from streaming.tables.validate import check_known_scope, fail, route_subject
-from streaming.tables.yaml_files import load_route_yaml
 
 # --- the window ---------------------------------------------------------------------------------
 
@@ -103,57 +96,11 @@ def route_operations(
 ) -> list[RouteOperation]:
     """The operations of every route file, validated as `router routes load` validates them.
 
-    As `streaming.tables.loading.load_route_files` reads them (YAML tables and T-SQL scripts, every
-    route rule, a route created twice), except that a route whose file names no instance is in
-    `instance`'s tables, and a route a file puts in another instance's stays there: a file may hold
-    several instances' tables (the what-if decides one instance's messages, with its own tables).
+    A route whose file names no instance is in `instance`'s tables, and a route a file puts in
+    another instance's stays there: a file may hold several instances' tables (the what-if decides
+    one instance's messages, with its own tables).
     """
-    operations: list[RouteOperation] = []
-    for path in paths:
-        suffix = path.suffix.lower()
-        if suffix in YAML_SUFFIXES:
-            loaded = load_route_yaml(path, now=now, default_scope=default_scope)
-        elif suffix in SQL_SUFFIXES:
-            loaded = load_route_script(path, now=now, default_scope=default_scope)
-        else:
-            raise ConfigError(
-                f"{path}: expected a .yaml, .yml or .sql route file, got {suffix or 'no suffix'!r}"
-            )
-        operations += [
-            o if o.instance is not None else dataclasses.replace(o, instance=instance) for o in loaded
-        ]
-    check_operations(operations)
-    return operations
-
-
-def planned_tables(
-    current: Mapping[str, Route],
-    operations: Sequence[RouteOperation],
-    databases: Mapping[str, Collection[str]] | None,
-) -> dict[str, Route]:
-    """The tables (keyed `instance/scope/name`) `current` becomes once `operations` are loaded.
-
-    Checked as `router routes load` checks before it publishes: an alter or drop of a route that
-    does not exist, an alter that breaks a route rule, and, with `databases` (each instance of the
-    catalogs -> its database names), a created or altered route in an instance or a scope the
-    catalogs do not hold, raise ConfigError naming the file, the route and the field.
-    """
-    changes = plan_route_changes(current, operations)
-    if databases is not None:
-        for change in changes:
-            if change.route is None:
-                continue
-            subject = route_subject(change.scope, change.name)
-            if change.instance not in databases:
-                fail(
-                    change.source,
-                    subject,
-                    f"expected an instance of the catalogs ({', '.join(sorted(databases))}), got "
-                    f"{change.instance!r}; load its catalog first (router catalogs load FILE)",
-                    "instance",
-                )
-            check_known_scope(change.route.scope, databases[change.instance], change.source, subject)
-    return apply_changes(current, changes)
+    return load_route_files(paths, now=now, default_scope=default_scope, default_instance=instance)
 
 
 def instance_routes(table: Mapping[str, Route], instance: str) -> list[Route]:

@@ -54,10 +54,10 @@ from streaming.rules.model import Route
 from streaming.tables.export import FORMATS, render_routes
 from streaming.tables.loading import load_route_files
 from streaming.tables.operations import RouteOperation, check_operations, plan_route_changes, split_route_key
-from streaming.tables.plan import RouteDiff, diff_load
+from streaming.tables.plan import RouteDiff, check_in_catalogs, diff_load
 from streaming.tables.reader import databases_by_instance, read_catalog_table, read_routes
 from streaming.tables.sys_routes import load_sys_routes_csv
-from streaming.tables.topic_io import check_in_catalogs, migrate_routes, plan_route_migration, publish_routes
+from streaming.tables.topic_io import migrate_routes, plan_route_migration, publish_routes
 from streaming.topics import catalogs_topic, routes_topic
 
 

@@ -54,6 +54,7 @@ from streaming.errors import ConfigError, KafkaUnavailable, RouterError
 from streaming.instants import format_instant, window_start
 from streaming.kafka.connection import KafkaConnection, bootstrap_of
 from streaming.rules.model import Instance, normalize_address
+from streaming.tables.plan import planned_tables
 from streaming.tables.reader import databases_by_instance, read_catalog_table, read_mirror_roles, read_routes
 from streaming.whatif import (
     Partition,
@@ -61,7 +62,6 @@ from streaming.whatif import (
     check_window,
     instance_routes,
     last_records,
-    planned_tables,
     records_in,
     removed_identities,
     route_operations,

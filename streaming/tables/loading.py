@@ -19,7 +19,12 @@ SQL_SUFFIXES = (".sql",)
 
 
 def load_route_files(
-    paths: Iterable[Path], *, now: datetime, default_scope: str | None = None, instance: str | None = None
+    paths: Iterable[Path],
+    *,
+    now: datetime,
+    default_scope: str | None = None,
+    instance: str | None = None,
+    default_instance: str | None = None,
 ) -> list[RouteOperation]:
     """Return the operations of every route file, in file order then statement order.
 
@@ -27,7 +32,9 @@ def load_route_files(
     the instant LIFETIME and lifetime_s count from (R6). A route created twice with no drop between
     is a duplicate, across files too. Every operation is in one instance's tables: the one its file
     names (a YAML entry's or file's `instance`, a script's `-- instance:` header), else `instance`
-    (the `--instance` flag); the two must agree, and a route in no instance is an error.
+    (the `--instance` flag); the two must agree, and a route in no instance is an error. With
+    `default_instance` instead, a route whose file names no instance is in that one's tables, and
+    one whose file names another instance stays in it (a file may hold several instances' tables).
     """
     if instance is not None:
         check_instance_name(instance, Source("--instance"), "--instance", "instance")
@@ -42,14 +49,15 @@ def load_route_files(
             raise ConfigError(
                 f"{path}: expected a .yaml, .yml or .sql route file, got {suffix or 'no suffix'!r}"
             )
-        operations.extend(_in_instance(operation, instance) for operation in loaded)
+        operations.extend(_in_instance(operation, instance, default_instance) for operation in loaded)
     check_operations(operations)
     return operations
 
 
-def _in_instance(operation: RouteOperation, instance: str | None) -> RouteOperation:
+def _in_instance(operation: RouteOperation, instance: str | None, default: str | None) -> RouteOperation:
     subject = route_subject(operation.scope, operation.name)
     if operation.instance is None:
+        instance = instance or default
         if instance is None:
             fail(
                 operation.source,

@@ -14,15 +14,21 @@ to the millisecond, as the routes topic keeps it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from streaming.instants import format_instant
 from streaming.rules.model import Route
-from streaming.tables.operations import RouteOperation, apply_changes, plan_route_changes, split_route_key
-from streaming.tables.validate import Source
+from streaming.tables.operations import (
+    RouteChange,
+    RouteOperation,
+    apply_changes,
+    plan_route_changes,
+    split_route_key,
+)
+from streaming.tables.validate import Source, check_known_scope, fail, route_subject
 
 DIFF_FIELDS = ("service", "broker_instance", "address", "mirror_address", "expires_at")
 """The fields of a route a diff compares (R1); scope and name are its key."""
@@ -95,13 +101,46 @@ def _stored(value: object) -> object:
     return value
 
 
-def planned_tables(live: Mapping[str, Route], operations: Sequence[RouteOperation]) -> dict[str, Route]:
+def planned_tables(
+    live: Mapping[str, Route],
+    operations: Sequence[RouteOperation],
+    databases: Mapping[str, Collection[str]] | None = None,
+) -> dict[str, Route]:
     """Return the tables as `operations` would leave `live` (both keyed `instance/scope/name`).
 
     Raises ConfigError, naming the file and route, as a load would: an alter or drop of a route
-    that does not exist, an alter that breaks a route rule, a route created twice.
+    that does not exist, an alter that breaks a route rule, a route created twice, and, with
+    `databases`, a route outside the catalogs (`check_in_catalogs`).
     """
-    return apply_changes(live, plan_route_changes(live, operations))
+    changes = plan_route_changes(live, operations)
+    check_in_catalogs(changes, databases)
+    return apply_changes(live, changes)
+
+
+def check_in_catalogs(
+    changes: Iterable[RouteChange], databases: Mapping[str, Collection[str]] | None
+) -> None:
+    """Refuse a created or altered route outside the catalogs (`databases`; None: no catalog loaded).
+
+    Its instance must be one of the catalogs and its scope one of that instance's databases; a
+    drop needs neither, so that the routes of a database that left the catalogs can go.
+    """
+    if databases is None:
+        return
+    for change in changes:
+        if change.route is None:
+            continue
+        subject = route_subject(change.scope, change.name)
+        if change.instance not in databases:
+            fail(
+                change.source,
+                subject,
+                f"expected an instance of the catalogs ({', '.join(sorted(databases))}), got "
+                f"{change.instance!r}; load its catalog first (router catalogs load FILE)",
+                "instance",
+            )
+        check_known_scope(change.route.scope, databases[change.instance], change.source, subject)
+
 
 
 def diff_tables(

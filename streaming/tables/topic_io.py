@@ -34,9 +34,10 @@ from streaming.tables.operations import (
     plan_route_changes,
     route_key,
 )
+from streaming.tables.plan import check_in_catalogs
 from streaming.tables.reader import DEFAULT_TIMEOUT_S, TableReader, read_catalog_table, read_routes
 from streaming.tables.records import RawRecords, RouteRecords
-from streaming.tables.validate import Source, check_known_scope, check_tcp_address, fail, route_subject
+from streaming.tables.validate import Source, check_tcp_address
 
 _LIBRDKAFKA_LOG = librdkafka_log()
 
@@ -198,31 +199,6 @@ def publish_routes(
     check_in_catalogs(changes, databases)
     publish_route_changes(kafka, changes, topic, timeout=timeout)
     return changes
-
-
-def check_in_catalogs(
-    changes: Iterable[RouteChange], databases: Mapping[str, Collection[str]] | None
-) -> None:
-    """Refuse a created or altered route outside the catalogs (`databases`; None: no catalog loaded).
-
-    Its instance must be one of the catalogs and its scope one of that instance's databases; a
-    drop needs neither, so that the routes of a database that left the catalogs can go.
-    """
-    if databases is None:
-        return
-    for change in changes:
-        if change.route is None:
-            continue
-        subject = route_subject(change.scope, change.name)
-        if change.instance not in databases:
-            fail(
-                change.source,
-                subject,
-                f"expected an instance of the catalogs ({', '.join(sorted(databases))}), got "
-                f"{change.instance!r}; load its catalog first (router catalogs load FILE)",
-                "instance",
-            )
-        check_known_scope(change.route.scope, databases[change.instance], change.source, subject)
 
 
 def put_route(

@@ -11,6 +11,7 @@ from streaming.commands.whatif import format_report
 from streaming.errors import ConfigError
 from streaming.rules.model import Route
 from streaming.tables.operations import route_key
+from streaming.tables.plan import planned_tables
 from streaming.whatif import (
     Fate,
     Group,
@@ -20,7 +21,6 @@ from streaming.whatif import (
     identity_of,
     instance_routes,
     last_records,
-    planned_tables,
     records_in,
     removed_identities,
     route_operations,
