@@ -52,21 +52,25 @@ from __future__ import annotations
 import hashlib
 import re
 
+from streaming.contract import (
+    HASH_DIGITS,
+    INSTANCE_TOPIC_KINDS,
+    MAX_PART,
+    MAX_PREFIX,
+    MAX_TOPIC,
+    NETWORK_PART,
+    PART_CUT_MARK,
+    QUEUE_PART,
+    TOPIC_CUT_MARK,
+)
 from streaming.errors import ConfigError
 
 DEFAULT_PREFIX = "router"
-MAX_TOPIC = 249
-"""Kafka's longest topic name."""
-MAX_PART = 60
-"""The longest escaped part; a longer one is cut and hashed."""
-MAX_PREFIX = 150
-"""The longest prefix (see the module docstring for why)."""
-HASH_DIGITS = 16
-"""Hex digits of SHA-256 that end a cut part or a cut name."""
-PART_CUT_MARK = "-h"
-"""What separates a cut part's head from its hash."""
-TOPIC_CUT_MARK = "-t"
-"""What separates a cut topic name's head from its hash."""
+# The naming's constants are the contract's (`streaming.contract`, shared with the JVM twin):
+# MAX_TOPIC, Kafka's longest name; MAX_PART, the longest escaped part (a longer one is cut and
+# hashed); MAX_PREFIX, the longest prefix (see the module docstring for why); HASH_DIGITS, the hex
+# digits of SHA-256 that end a cut part or name; PART_CUT_MARK and TOPIC_CUT_MARK, what separates a
+# cut part's or a cut name's head from its hash.
 
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 _PREFIX_CHARACTERS = re.compile(r"[A-Za-z0-9._-]+")
@@ -139,12 +143,12 @@ def inbound_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
 
 def queue_topic(instance: str, database: str, service: str, prefix: str = DEFAULT_PREFIX) -> str:
     """The queue of a service hosted by one of the instance's databases."""
-    return _topic(prefix, escape(instance), "queue", escape(database), escape(service))
+    return _topic(prefix, escape(instance), QUEUE_PART, escape(database), escape(service))
 
 
 def network_topic(normalized_address: str, prefix: str = DEFAULT_PREFIX) -> str:
     """Messages for a network address that no known instance answers to."""
-    return _topic(prefix, "-net", escape(normalized_address))
+    return _topic(prefix, NETWORK_PART, escape(normalized_address))
 
 
 def delayed_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
@@ -176,9 +180,6 @@ def router_group(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
     """The consumer group the instance's router writes its progress to (`streaming.kafka.progress_group`)."""
     return _topic(prefix, escape(instance), "router")
 
-
-INSTANCE_TOPIC_KINDS = ("outbound", "inbound", "delayed", "choices", "requests", "dropped", "deadletter")
-"""The last part of each topic of an instance's own that `instance_topic_parts` reads back."""
 
 _ESCAPED = re.compile(r"(?:[A-Za-z0-9]|-[0-9a-f]{2})+")
 

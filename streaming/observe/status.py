@@ -11,7 +11,7 @@ checkpoint or a Spark session:
   the other instances wait on; the delayed topic's lag is shown apart (the router reads its own
   delayed messages back, D2).
 * **Delayed messages not yet released** (D1, D2). A delayed record carries `due_at` and
-  `decided_at` (`streaming.spark.output.MESSAGE_HEADERS`); one whose `due_at` is later than the
+  `decided_at` (`streaming.contract.MESSAGE_HEADERS`); one whose `due_at` is later than the
   router's last batch has not been routed again. Only a window of the delayed topic is read: a
   record due after the last batch was decided at most `retry_s` before it, and the topic's
   timestamps are when each record was appended (LogAppendTime), so the read starts at the last

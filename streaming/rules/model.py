@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 
+from streaming.contract import Outcome, Reason
+
 LOCAL = "LOCAL"
 TRANSPORT = "TRANSPORT"
 REMOTE = "remote"
@@ -24,30 +26,6 @@ MISSING_ROUTE_MESSAGE_TYPE = (
 )
 DEFAULT_HOPS = 16
 CURRENT_DATABASE = "CURRENT DATABASE"
-
-
-class Outcome(str, Enum):
-    """Where a routing decision sends a message (the outcomes of docs/rules.md, Decision §1.7)."""
-
-    DELIVER = "deliver"
-    SEND = "send"
-    FORWARD = "forward"
-    DELAYED = "delayed"
-    DROPPED = "dropped"
-    DISCARDED = "discarded"
-
-
-class Reason(str, Enum):
-    """Why a message was delayed, dropped or discarded."""
-
-    NO_ROUTE = "no_route"
-    ROUTE_REQUESTED = "route_requested"
-    SERVICE_NOT_FOUND = "service_not_found"
-    FORWARDING_DISABLED = "forwarding_disabled"
-    HOPS_EXHAUSTED = "hops_exhausted"
-    LIFETIME_EXPIRED = "lifetime_expired"
-    FORWARD_BUFFER_FULL = "forward_buffer_full"
-    PRINCIPAL_UNKNOWN = "principal_unknown"
 
 
 class MirrorRole(str, Enum):

@@ -33,6 +33,7 @@ from pyspark.serializers import CPickleSerializer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from streaming.contract import Outcome
 from streaming.errors import RouterError
 from streaming.spark.decision import (
     Counters,
@@ -60,8 +61,8 @@ METRICS = "router_batch"
 log = logging.getLogger("streaming.batch")
 
 
-OUTCOMES = ("deliver", "send", "forward", "delayed", "dropped", "discarded")
-"""Every outcome of a decision, in the order the router prints them."""
+OUTCOMES = tuple(o.value for o in Outcome)
+"""Every outcome of a decision, in the order the router prints them (the contract's)."""
 
 
 @dataclass(frozen=True)

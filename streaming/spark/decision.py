@@ -39,39 +39,18 @@ from streaming.spark.session import session_jvm
 DECISION_NEEDS = "the routing decision needs"
 """What `session_jvm`'s error says needs the JVM, for the decision's classes."""
 
-CHOICE_IDENTITY_COLUMNS = ("k_bid", "k_route_service", "k_address")
-"""K2: the C0 identity (broker instance or "", service or "", address) a decision keeps, or null."""
-KEPT_COLUMNS = ("kept_bid", "kept_route_service", "kept_address")
-"""Message columns: the identity its conversation kept (K2) for its origin and service, or null.
-The streaming job's state processor sets them (`streaming.spark.state`)."""
-WAITING_COLUMN = "waiting"
-"""Set by the streaming job's state: the message's conversation endpoint has delayed messages waiting (D1)."""
-
-DECISION_COLUMNS = (
-    "outcome",
-    "d_database",
-    "d_address",
-    "d_route",
-    "match_step",
-    "choice_step",
-    "reason",
-    "requests",
-    "d_hops_remaining",
-    "d_scope",
-    *CHOICE_IDENTITY_COLUMNS,
-    "k_change",
-    "d_topic",
-    "d_snapshot",
-    "d_decided_at",
-    "d_headers",
-)
-"""What `decide` adds (`router.rules.Decide`); `k_change` is "first" when the conversation kept no
-choice, "again" when it kept another (its route is gone), else null; `d_topic` is the topic the
-message goes to when the snapshot was built with `TopicNaming`, else null; `d_snapshot` is the
-version of the snapshot it was decided with; `d_decided_at` is the row's `batch_ms` as ISO-8601 UTC
-text (`streaming.spark.sources.TIME_FORMAT`), on every row, made once per batch time (null when the
-rows have no `batch_ms`); `d_headers` are the Kafka headers the message leaves with
-(`streaming.spark.output.MESSAGE_HEADERS`) when the snapshot was built with `TopicNaming`, else null."""
+# The columns the decision reads and adds are the contract's (`streaming.contract`):
+# CHOICE_IDENTITY_COLUMNS, the C0 identity (broker instance or "", service or "", address) a
+# decision keeps (K2), or null; KEPT_COLUMNS, the identity the message's conversation kept, set by
+# the streaming job's state processor (`streaming.spark.state`); WAITING_COLUMN, set by the state:
+# the message's conversation endpoint has delayed messages waiting (D1); DECISION_COLUMNS, what
+# `decide` adds (`router.rules.Decide`). Of those, `k_change` is "first" when the conversation kept
+# no choice, "again" when it kept another (its route is gone), else null; `d_topic` is the topic the
+# message goes to when the snapshot was built with `TopicNaming`, else null; `d_snapshot` is the
+# version of the snapshot it was decided with; `d_decided_at` is the row's `batch_ms` as ISO-8601
+# UTC text (`streaming.spark.sources.TIME_FORMAT`), on every row, made once per batch time (null
+# when the rows have no `batch_ms`); `d_headers` are the Kafka headers the message leaves with
+# (`streaming.contract.MESSAGE_HEADERS`) when the snapshot was built with `TopicNaming`, else null.
 
 
 @dataclass(frozen=True)

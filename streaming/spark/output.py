@@ -2,9 +2,9 @@
 
 One decided row gives up to four records, made in one projection and written in one Kafka write:
 
-* its message, to its destination topic with the decision in its headers (`MESSAGE_HEADERS`,
-  made by the decision's pass, `router.rules.Headers`); a record that does not decode goes to the
-  dead-letter topic instead, with its error;
+* its message, to its destination topic with the decision in its headers
+  (`streaming.contract.MESSAGE_HEADERS`, made by the decision's pass, `router.rules.Headers`); a
+  record that does not decode goes to the dead-letter topic instead, with its error;
 * the choice it made (K2), to the choices topic, when it is the first of its entry to choose in
   the batch and the state processor did not keep it itself (`streaming.spark.state`);
 * when it asks for a route (M4, B3): the MissingRoute message to the dynamic routing service, on
@@ -31,12 +31,13 @@ from pyspark.sql.avro.functions import from_avro, to_avro
 from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
 
 from streaming import topics
+from streaming.contract import FIRST_COLUMN, Reason
 from streaming.kafka.avro import schema_json
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, MISSING_ROUTE_MESSAGE_TYPE
 from streaming.spark.sources import SOURCE_DELAYED, SOURCE_INBOUND, Topology
-from streaming.spark.state import FIRST_COLUMN, choice_key, choice_value
+from streaming.spark.state import choice_key, choice_value
 
-DESTINATION_UNAVAILABLE = "destination_unavailable"
+DESTINATION_UNAVAILABLE = Reason.DESTINATION_UNAVAILABLE.value
 """The reason of a message whose destination topic could not be created or written."""
 
 HOME_COLUMN = "home_instance"
@@ -45,29 +46,6 @@ HOME_COLUMN = "home_instance"
 
 HEADER_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 RECORD_FIELDS = ("key", "value", "topic", "headers")
-MESSAGE_HEADERS = (
-    "outcome",
-    "route",
-    "match_step",
-    "choice_step",
-    "reason",
-    "database",
-    "address",
-    "scope",
-    "requests",
-    "snapshot_version",
-    "decided_at",
-    "router_instance",
-    "due_at",
-    "kept_bid",
-    "kept_route_service",
-    "kept_address",
-)
-"""The headers of a decided message, in order; one whose value is null is left out. `due_at` (when
-it falls due, D2) and the `kept_*` ones (its conversation's kept choice, K2, read back with it) are
-on delayed messages only."""
-
-
 @dataclass(frozen=True)
 class Destinations:
     """Where a batch's records go: the instances' topics, and the destinations it cannot write."""
@@ -140,7 +118,7 @@ def output_records(decided: DataFrame, d: Destinations) -> DataFrame:
     outcome = F.col("outcome")
     good = F.col("error").isNull()
     decided_at = F.col("d_decided_at")  # the batch's time, as text once per batch
-    # The decision's headers (`MESSAGE_HEADERS`), made by its pass.
+    # The decision's headers (`streaming.contract.MESSAGE_HEADERS`), made by its pass.
     topic, message_headers = F.col("_dest"), F.col("d_headers")
     if d.unavailable:
         # A message whose destination cannot be written leaves as dropped, for that reason, with

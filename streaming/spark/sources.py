@@ -27,11 +27,12 @@ from pyspark.sql.avro.functions import from_avro
 
 from streaming import topics
 from streaming.config import Settings
+from streaming.contract import KEPT_COLUMNS
 from streaming.errors import ConfigError
 from streaming.kafka.avro import schema_json
 from streaming.kafka.durability import spark_producer_options
 from streaming.rules.model import Instance
-from streaming.spark.decision import KEPT_COLUMNS, DecisionInputs
+from streaming.spark.decision import DecisionInputs
 from streaming.spark.session import session_jvm
 from streaming.spark.state import DELAYED_AT, apply_state, as_choices, as_delayed, as_messages
 from streaming.tables.validate import ADDRESS_MAX, SYSNAME_MAX

@@ -47,17 +47,27 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, IntegerType, LongType, StringType, StructField, StructType
 
-from streaming.spark.decision import CHOICE_IDENTITY_COLUMNS, KEPT_COLUMNS, DecisionInputs
+from streaming.contract import (
+    CHOICE_IDENTITY_COLUMNS,
+    KEPT_COLUMNS,
+    POSITION_COLUMN,
+    STATE_AT_COLUMN,
+    STATE_IDENTITY_COLUMNS,
+    STATE_KEY_COLUMN,
+    STATE_KIND_COLUMN,
+    STATE_KINDS,
+    STATE_VARIABLE,
+)
+from streaming.spark.decision import DecisionInputs
 from streaming.spark.session import session_jvm
 
-MESSAGE, CHOICE, DELAYED = 0, 1, 2
+MESSAGE, CHOICE, DELAYED = STATE_KINDS["message"], STATE_KINDS["choice"], STATE_KINDS["delayed"]
 """The kinds of rows the processor takes (`c_kind`)."""
 
-KEY_COLUMN = "c_key"
-IDENTITY_COLUMNS = ("c_bid", "c_route_service", "c_address")
-"""Where a choice or delayed row carries the C0 identity kept for its conversation."""
-FIRST_COLUMN = "first_of_entry"
-"""Set by the processor: the first message of its entry to leave in the batch, whose choice, if its
+KEY_COLUMN = STATE_KEY_COLUMN
+IDENTITY_COLUMNS = STATE_IDENTITY_COLUMNS
+"""Where a choice or delayed row carries the C0 identity kept for its conversation. `FIRST_COLUMN`,
+set by the processor: the first message of its entry to leave in the batch, whose choice, if its
 decision makes one, the batch records on the choices topic; false when the processor kept it itself."""
 
 CHOICE_VALUE = StructType(
@@ -90,7 +100,7 @@ def _endpoint_key(instance: Column, conversation: Column, from_target: Column) -
 def _group_key(valid: Column) -> Column:
     """The state key: instance and conversation endpoint; a malformed record: a key of its own, no state."""
     endpoint = _endpoint_key(F.col("instance"), F.col("conversation_id"), F.col("from_target"))
-    return F.when(valid, endpoint).otherwise(F.concat(F.lit("\u0002"), F.col("pos").cast("string")))
+    return F.when(valid, endpoint).otherwise(F.concat(F.lit("\u0002"), F.col(POSITION_COLUMN).cast("string")))
 
 
 def _state_columns(
@@ -98,9 +108,9 @@ def _state_columns(
 ) -> dict[str, Column]:
     none = _null(StringType())
     return {
-        "c_kind": F.lit(kind).cast(IntegerType()),
+        STATE_KIND_COLUMN: F.lit(kind).cast(IntegerType()),
         **dict(zip(IDENTITY_COLUMNS, identity or (none, none, none), strict=True)),
-        "c_at_ms": at_ms if at_ms is not None else _null(LongType()),
+        STATE_AT_COLUMN: at_ms if at_ms is not None else _null(LongType()),
     }
 
 
@@ -137,7 +147,7 @@ def as_choices(records: DataFrame, messages: DataFrame) -> DataFrame:
         F.col("offset").cast("long").alias("offset"),
     )
     given = {name: F.col(f"v.{name}") for name in _KEY_FIELDS}
-    given["pos"] = F.col("offset")
+    given[POSITION_COLUMN] = F.col("offset")
     identity = tuple(F.col(f"v.{f}") for f in _IDENTITY_FIELDS)
     like_messages = [given.get(f.name, _null(f.dataType)).alias(f.name) for f in messages.schema.fields]
     # K2: only an initiator's messages keep a choice (`Message.remembers_choice`): its side's state.
@@ -200,10 +210,9 @@ def read_state(spark: SparkSession, checkpoint: Path, batch_id: int | None = Non
 
     One row per conversation endpoint held (`key`, `value`: its kept choices `entries`, its held
     messages `waiting`, and its timer `timer_ms`), read with Spark's state data source from the
-    processor's state variable, whose name the processor gives (`RouterState.STATE`).
+    processor's state variable (`streaming.contract.STATE_VARIABLE`).
     """
-    variable = str(session_jvm(spark, "reading the state store needs").router.state.RouterState.STATE)
-    reader = spark.read.format("statestore").option("stateVarName", variable)
+    reader = spark.read.format("statestore").option("stateVarName", STATE_VARIABLE)
     if batch_id is not None:
         reader = reader.option("batchId", batch_id)
     return reader.load(str(checkpoint))

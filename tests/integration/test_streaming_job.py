@@ -22,12 +22,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from streaming import topics
 from streaming.config import load_settings
+from streaming.contract import MESSAGE_HEADERS
 from streaming.directory import Answer, DirectoryService, parse_directory
 from streaming.kafka.admin import end_offsets, ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, Database, Instance, Route, normalize_address
 from streaming.spark.job import RouterJob
-from streaming.spark.output import MESSAGE_HEADERS
 from streaming.tables.reader import read_routes
 from streaming.tables.topic_io import publish_catalogs, put_route
 

@@ -83,7 +83,7 @@ def mismatches(spark: SparkSession, triples: Sequence[Triple]) -> list[str]:
         got = [names.escape(name)]
         expected = [None if name is None else topics.escape(name)]
         for prefix, instance in PLACES:
-            got += [names.network(prefix, name), names.queue(prefix, instance, database, service)]
+            got += [names.network(name, prefix), names.queue(instance, database, service, prefix)]
             expected += [
                 None if name is None else topics.network_topic(name, prefix),
                 None

@@ -1,6 +1,6 @@
 """`router explain` without a broker: topics, the window, a message's path from its records, the replay.
 
-The records are built as the router writes them (`streaming.spark.output.MESSAGE_HEADERS`): the
+The records are built as the router writes them (`streaming.contract.MESSAGE_HEADERS`): the
 outbound record a service wrote has no decision headers, every later record carries its decision.
 """
 

@@ -4,38 +4,42 @@ import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 
+import router.contract.Contract;
+
 /**
  * The JVM twin of {@code streaming.topics}: the destination topic names the batch gives each
  * decided message, equal byte for byte to the Python ones (tested against them).
  *
  * <p>The decision ({@code router.rules.Decide}) names each message's destination with these, once
- * per destination and pass (it keeps the names it made). The scheme itself (escaping, cut parts, cut names) is documented in {@code streaming/topics.py}, its one
- * home; the constants here are its constants. A null part gives a null name.
+ * per destination and pass (it keeps the names it made). The scheme itself (escaping, cut parts,
+ * cut names) is documented in {@code streaming/topics.py}, its one home; its constants come from
+ * the contract ({@link Contract}), and each function takes its arguments in the Python one's
+ * order, the prefix last. A null part gives a null name.
  */
 public final class TopicNames {
-  static final int MAX_TOPIC = 249;
-  static final int MAX_PART = 60;
-  static final int HASH_DIGITS = 16;
-  static final String PART_CUT_MARK = "-h";
-  static final String TOPIC_CUT_MARK = "-t";
+  static final int MAX_TOPIC = Contract.MAX_TOPIC;
+  static final int MAX_PART = Contract.MAX_PART;
+  static final int HASH_DIGITS = Contract.HASH_DIGITS;
+  static final String PART_CUT_MARK = Contract.PART_CUT_MARK;
+  static final String TOPIC_CUT_MARK = Contract.TOPIC_CUT_MARK;
   private static final char[] HEX = "0123456789abcdef".toCharArray();
 
   private TopicNames() {}
 
   /** {@code streaming.topics.queue_topic}: a local service's queue. */
-  public static String queue(String prefix, String instance, String database, String service) {
+  public static String queue(String instance, String database, String service, String prefix) {
     if (prefix == null || instance == null || database == null || service == null) {
       return null;
     }
-    return topic(prefix, escape(instance), "queue", escape(database), escape(service));
+    return topic(prefix, escape(instance), Contract.QUEUE_PART, escape(database), escape(service));
   }
 
   /** {@code streaming.topics.network_topic}, of an address already normalized (R4). */
-  public static String network(String prefix, String normalizedAddress) {
+  public static String network(String normalizedAddress, String prefix) {
     if (prefix == null || normalizedAddress == null) {
       return null;
     }
-    return topic(prefix, "-net", escape(normalizedAddress));
+    return topic(prefix, Contract.NETWORK_PART, escape(normalizedAddress));
   }
 
   /** {@code streaming.topics.escape}: one name in topic-safe characters, injectively. */

@@ -4,6 +4,7 @@ import java.io.Serializable;
 import java.time.Instant;
 import java.time.ZoneOffset;
 import java.time.format.DateTimeFormatter;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.Iterator;
 import java.util.Map;
@@ -21,6 +22,7 @@ import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
+import router.contract.Contract;
 import router.naming.TopicNames;
 import scala.jdk.javaapi.CollectionConverters;
 import scala.reflect.ClassTag$;
@@ -67,13 +69,9 @@ import scala.runtime.AbstractFunction1;
  * leaves with ({@link Headers}; null on a row that is not decided).
  */
 public final class Decide {
-  static final String[] COLUMNS = {
-    "outcome", "d_database", "d_address", "d_route", "match_step", "choice_step", "reason", "requests",
-    "d_hops_remaining", "d_scope", "k_bid", "k_route_service", "k_address", "k_change", "d_topic",
-    "d_snapshot", "d_decided_at", "d_headers"
-  };
-  private static final int DECIDED_AT = 16;
-  private static final int HEADERS = 17;
+  static final String[] COLUMNS = Contract.DECISION_COLUMNS;
+  private static final int DECIDED_AT = column("d_decided_at");
+  private static final int HEADERS = column("d_headers");
   /** A Kafka record's headers, as the Kafka sink takes them: {@code streaming.spark.output.HEADER_TYPE}. */
   static final DataType HEADER_TYPE =
       DataTypes.createArrayType(
@@ -81,7 +79,7 @@ public final class Decide {
   /** How {@code d_decided_at} is written: {@code streaming.spark.sources.TIME_FORMAT}. */
   static final DateTimeFormatter TIME_TEXT =
       DateTimeFormatter.ofPattern("yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").withZone(ZoneOffset.UTC);
-  private static final int HOPS = 8;
+  private static final int HOPS = column("d_hops_remaining");
 
   private Decide() {}
 
@@ -93,6 +91,15 @@ public final class Decide {
   /** New inputs for a plan, to be {@link DecisionInputs#set set} before each batch. */
   public static DecisionInputs inputs(org.apache.spark.sql.SparkSession spark) {
     return new DecisionInputs(spark.sparkContext());
+  }
+
+  /** The place of a decision column in {@link #COLUMNS}; a name the contract lacks fails the class. */
+  private static int column(String name) {
+    int at = Arrays.asList(COLUMNS).indexOf(name);
+    if (at < 0) {
+      throw new IllegalStateException("the contract's decision columns have no " + name);
+    }
+    return at;
   }
 
   /** The output schema: the input's columns, then {@link #COLUMNS}. */
@@ -347,7 +354,7 @@ public final class Decide {
         case Decision.DELIVER:
           return topics.computeIfAbsent(
               "q\u0000" + site.key + "\u0000" + d.database + "\u0000" + service,
-              k -> utf8(TopicNames.queue(snapshot.prefix, site.key, d.database, service)));
+              k -> utf8(TopicNames.queue(site.key, d.database, service, snapshot.prefix)));
         case Decision.SEND:
         case Decision.FORWARD:
           return topics.computeIfAbsent(
@@ -355,7 +362,7 @@ public final class Decide {
               k -> {
                 String address = Text.normalizeAddress(d.address);
                 String known = snapshot.inbound.get(address);
-                return utf8(known != null ? known : TopicNames.network(snapshot.prefix, address));
+                return utf8(known != null ? known : TopicNames.network(address, snapshot.prefix));
               });
         case Decision.DELAYED:
           return utf8(site.delayedTopic);

@@ -1,16 +1,18 @@
 package router.rules;
 
+import router.contract.Contract;
+
 /**
  * The fate of one message, as {@code streaming.rules.model.Decision}: the outcome and where to,
  * the steps that led to it, and what it asks or keeps. Fields left null do not apply.
  */
 final class Decision {
-  static final String DELIVER = "deliver";
-  static final String SEND = "send";
-  static final String FORWARD = "forward";
-  static final String DELAYED = "delayed";
-  static final String DROPPED = "dropped";
-  static final String DISCARDED = "discarded";
+  static final String DELIVER = Contract.OUTCOME_DELIVER;
+  static final String SEND = Contract.OUTCOME_SEND;
+  static final String FORWARD = Contract.OUTCOME_FORWARD;
+  static final String DELAYED = Contract.OUTCOME_DELAYED;
+  static final String DROPPED = Contract.OUTCOME_DROPPED;
+  static final String DISCARDED = Contract.OUTCOME_DISCARDED;
 
   String outcome;
   String database;

@@ -4,6 +4,8 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
 
+import router.contract.Contract;
+
 /**
  * Service Broker's decision for one message (docs/rules.md §1.7), the JVM rendering of {@code
  * streaming.rules.engine.decide_message}: the same steps in the same order, each named after the
@@ -16,27 +18,27 @@ import java.util.Set;
  * instances of M3; L3 tries the origin database first, then catalog order.
  */
 final class Engine {
-  static final String M1 = "M1";
-  static final String M2 = "M2";
-  static final String M3 = "M3";
-  static final String M4 = "M4";
-  static final String M5 = "M5";
-  static final String M6 = "M6";
-  static final String M7 = "M7";
-  static final String S4 = "S4";
-  static final String C1 = "C1";
-  static final String C2 = "C2";
-  static final String C3 = "C3";
-  static final String C4 = "C4";
+  static final String M1 = Contract.M1;
+  static final String M2 = Contract.M2;
+  static final String M3 = Contract.M3;
+  static final String M4 = Contract.M4;
+  static final String M5 = Contract.M5;
+  static final String M6 = Contract.M6;
+  static final String M7 = Contract.M7;
+  static final String S4 = Contract.S4;
+  static final String C1 = Contract.C1;
+  static final String C2 = Contract.C2;
+  static final String C3 = Contract.C3;
+  static final String C4 = Contract.C4;
 
-  static final String NO_ROUTE = "no_route";
-  static final String ROUTE_REQUESTED = "route_requested";
-  static final String SERVICE_NOT_FOUND = "service_not_found";
-  static final String FORWARDING_DISABLED = "forwarding_disabled";
-  static final String HOPS_EXHAUSTED = "hops_exhausted";
-  static final String LIFETIME_EXPIRED = "lifetime_expired";
-  static final String FORWARD_BUFFER_FULL = "forward_buffer_full";
-  static final String PRINCIPAL_UNKNOWN = "principal_unknown";
+  static final String NO_ROUTE = Contract.REASON_NO_ROUTE;
+  static final String ROUTE_REQUESTED = Contract.REASON_ROUTE_REQUESTED;
+  static final String SERVICE_NOT_FOUND = Contract.REASON_SERVICE_NOT_FOUND;
+  static final String FORWARDING_DISABLED = Contract.REASON_FORWARDING_DISABLED;
+  static final String HOPS_EXHAUSTED = Contract.REASON_HOPS_EXHAUSTED;
+  static final String LIFETIME_EXPIRED = Contract.REASON_LIFETIME_EXPIRED;
+  static final String FORWARD_BUFFER_FULL = Contract.REASON_FORWARD_BUFFER_FULL;
+  static final String PRINCIPAL_UNKNOWN = Contract.REASON_PRINCIPAL_UNKNOWN;
 
   private Engine() {}
 

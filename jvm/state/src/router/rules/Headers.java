@@ -6,6 +6,7 @@ import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.util.GenericArrayData;
 import org.apache.spark.unsafe.types.UTF8String;
+import router.contract.Contract;
 
 /**
  * The Kafka headers a decided message leaves with, as the Kafka sink takes them: an array of
@@ -19,22 +20,22 @@ import org.apache.spark.unsafe.types.UTF8String;
  * messages in micro-batches of 100,000).
  */
 final class Headers {
-  static final UTF8String OUTCOME = UTF8String.fromString("outcome");
-  static final UTF8String ROUTE = UTF8String.fromString("route");
-  static final UTF8String MATCH_STEP = UTF8String.fromString("match_step");
-  static final UTF8String CHOICE_STEP = UTF8String.fromString("choice_step");
-  static final UTF8String REASON = UTF8String.fromString("reason");
-  static final UTF8String DATABASE = UTF8String.fromString("database");
-  static final UTF8String ADDRESS = UTF8String.fromString("address");
-  static final UTF8String SCOPE = UTF8String.fromString("scope");
-  static final UTF8String REQUESTS = UTF8String.fromString("requests");
-  static final UTF8String SNAPSHOT_VERSION = UTF8String.fromString("snapshot_version");
-  static final UTF8String DECIDED_AT = UTF8String.fromString("decided_at");
-  static final UTF8String ROUTER_INSTANCE = UTF8String.fromString("router_instance");
-  static final UTF8String DUE_AT = UTF8String.fromString("due_at");
-  static final UTF8String KEPT_BID = UTF8String.fromString("kept_bid");
-  static final UTF8String KEPT_ROUTE_SERVICE = UTF8String.fromString("kept_route_service");
-  static final UTF8String KEPT_ADDRESS = UTF8String.fromString("kept_address");
+  static final UTF8String OUTCOME = UTF8String.fromString(Contract.HEADER_OUTCOME);
+  static final UTF8String ROUTE = UTF8String.fromString(Contract.HEADER_ROUTE);
+  static final UTF8String MATCH_STEP = UTF8String.fromString(Contract.HEADER_MATCH_STEP);
+  static final UTF8String CHOICE_STEP = UTF8String.fromString(Contract.HEADER_CHOICE_STEP);
+  static final UTF8String REASON = UTF8String.fromString(Contract.HEADER_REASON);
+  static final UTF8String DATABASE = UTF8String.fromString(Contract.HEADER_DATABASE);
+  static final UTF8String ADDRESS = UTF8String.fromString(Contract.HEADER_ADDRESS);
+  static final UTF8String SCOPE = UTF8String.fromString(Contract.HEADER_SCOPE);
+  static final UTF8String REQUESTS = UTF8String.fromString(Contract.HEADER_REQUESTS);
+  static final UTF8String SNAPSHOT_VERSION = UTF8String.fromString(Contract.HEADER_SNAPSHOT_VERSION);
+  static final UTF8String DECIDED_AT = UTF8String.fromString(Contract.HEADER_DECIDED_AT);
+  static final UTF8String ROUTER_INSTANCE = UTF8String.fromString(Contract.HEADER_ROUTER_INSTANCE);
+  static final UTF8String DUE_AT = UTF8String.fromString(Contract.HEADER_DUE_AT);
+  static final UTF8String KEPT_BID = UTF8String.fromString(Contract.HEADER_KEPT_BID);
+  static final UTF8String KEPT_ROUTE_SERVICE = UTF8String.fromString(Contract.HEADER_KEPT_ROUTE_SERVICE);
+  static final UTF8String KEPT_ADDRESS = UTF8String.fromString(Contract.HEADER_KEPT_ADDRESS);
 
   private Object[] headers = new Object[16];
   private int size;

@@ -23,6 +23,7 @@ import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import router.metrics.HeldCounts;
+import router.contract.Contract;
 import router.rules.DecisionInputs;
 import router.rules.PassState;
 import scala.jdk.javaapi.CollectionConverters;
@@ -81,22 +82,22 @@ import scala.jdk.javaapi.CollectionConverters;
  * the spread of single batches (2.01-2.61 s) was as wide as the difference.
  */
 public final class RouterState {
-  public static final String KEY = "c_key";
-  public static final String KIND = "c_kind";
-  public static final int MESSAGE = 0;
-  public static final int CHOICE = 1;
-  public static final int DELAYED = 2;
+  public static final String KEY = Contract.STATE_KEY_COLUMN;
+  public static final String KIND = Contract.STATE_KIND_COLUMN;
+  public static final int MESSAGE = Contract.STATE_KIND_MESSAGE;
+  public static final int CHOICE = Contract.STATE_KIND_CHOICE;
+  public static final int DELAYED = Contract.STATE_KIND_DELAYED;
 
-  public static final String[] ENTRY = {"origin", "service"};
-  public static final String[] IDENTITY = {"c_bid", "c_route_service", "c_address"};
-  public static final String[] KEPT = {"kept_bid", "kept_route_service", "kept_address"};
-  public static final String AT = "c_at_ms";
-  public static final String POSITION = "pos";
+  public static final String[] ENTRY = Contract.ENTRY_COLUMNS;
+  public static final String[] IDENTITY = Contract.STATE_IDENTITY_COLUMNS;
+  public static final String[] KEPT = Contract.KEPT_COLUMNS;
+  public static final String AT = Contract.STATE_AT_COLUMN;
+  public static final String POSITION = Contract.POSITION_COLUMN;
   /** The message id: D1 holds a message once, however many copies of it are read back. */
-  public static final String ID = "id";
-  public static final String WAITING = "waiting";
-  public static final String FIRST = "first_of_entry";
-  public static final String BATCH_TIME = "batch_ms";
+  public static final String ID = Contract.ID_COLUMN;
+  public static final String WAITING = Contract.WAITING_COLUMN;
+  public static final String FIRST = Contract.FIRST_COLUMN;
+  public static final String BATCH_TIME = Contract.BATCH_TIME_COLUMN;
   /**
    * D2: how long before its due time a micro-batch may release a conversation. Micro-batches start
    * a few tens of milliseconds after their trigger's tick, and a due time, counted from the batch
@@ -136,7 +137,7 @@ public final class RouterState {
    * The name of the state variable that holds a key's memory; {@code streaming.spark.state.read_state}
    * reads it by this name, from here.
    */
-  public static final String STATE = "memory";
+  public static final String STATE = Contract.STATE_VARIABLE;
 
   /**
    * The state's schema: kept choices, held messages (as they will leave) with when delayed, and the

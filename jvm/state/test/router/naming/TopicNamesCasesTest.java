@@ -29,8 +29,9 @@ class TopicNamesCasesTest {
       got.add(TopicNames.escape(name));
       for (JsonNode place : root.get("places")) {
         String prefix = place.get(0).asText();
-        got.add(TopicNames.network(prefix, name));
-        got.add(TopicNames.queue(prefix, place.get(1).asText(), Cases.text(c, "database"), Cases.text(c, "service")));
+        got.add(TopicNames.network(name, prefix));
+        String instance = place.get(1).asText();
+        got.add(TopicNames.queue(instance, Cases.text(c, "database"), Cases.text(c, "service"), prefix));
       }
       List<String> want = Cases.texts(c.get("expected"));
       if (!got.equals(want)) {
