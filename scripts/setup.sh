@@ -2,9 +2,11 @@
 # One idempotent set-up for a fresh machine that has only python3 (>= 3.10), a JDK 17 and Maven:
 #   1. .venv/                   created with `python3 -m venv` when missing
 #   2. pip install -e '.[dev]'  when pyproject.toml changed since the last install
-#   3. .cache/jars/{spark,kafka,kafka-tools} copied from Maven Central when jvm/<side>/pom.xml changed
+#   3. .cache/jars/{spark,kafka,kafka-tools,hdfs-test} copied from Maven Central when
+#      jvm/<side>/pom.xml changed
 #   4. .cache/jars/router/router-state.jar compiled with javac from jvm/state/src against pyspark's
 #      own jars, when a source file or the pyspark version changed
+#   5. .cache/jars/hdfs-test-main/router-hdfs-test.jar: the tests' HDFS (jvm/hdfs-test/src), likewise
 # Each step leaves a stamp (the sha256 of its input) in .cache/stamps/; a second run does nothing
 # and says so. ROUTER_CACHE_DIR moves the cache (jars and stamps) elsewhere; PYTHON picks the
 # interpreter that creates the venv.
@@ -69,7 +71,7 @@ if ! stamp_is_current pip pyproject.toml || [[ ! -x "$VENV/bin/router" ]]; then
 fi
 
 # 3. Jars: copied into a fresh folder, swapped in whole, so no jar of an older pom is left behind.
-for side in spark kafka kafka-tools; do
+for side in spark kafka kafka-tools hdfs-test; do
     pom="jvm/$side/pom.xml"
     target="$CACHE/jars/$side"
     if stamp_is_current "jars-$side" "$pom" && compgen -G "$target/*.jar" >/dev/null; then
@@ -114,6 +116,29 @@ if ! stamp_is_current jars-router "$state_input" || [[ ! -f "$state_jar" ]]; the
     mv "$state_jar.tmp" "$state_jar"
     rm -rf "$classes"
     write_stamp jars-router "$state_input"
+    did_something=1
+fi
+
+# 5. The tests' HDFS (router.hdfs.MiniHdfs, a MiniDFSCluster in a JVM of its own), in a jar of its
+# own: test code, kept off the router's classpath.
+hdfs_input="$CACHE/hdfs-test-input.txt"
+{ find jvm/hdfs-test/src -name '*.java' | sort | xargs sha256sum; sha256sum jvm/hdfs-test/pom.xml; } >"$hdfs_input"
+hdfs_jar="$CACHE/jars/hdfs-test-main/router-hdfs-test.jar"
+if ! stamp_is_current jars-hdfs-test-main "$hdfs_input" || [[ ! -f "$hdfs_jar" ]]; then
+    say "compiling the tests' HDFS (jvm/hdfs-test) into $hdfs_jar"
+    classes="$CACHE/hdfs-test-classes"
+    rm -rf "$classes"
+    mkdir -p "$classes" "$(dirname "$hdfs_jar")"
+    if ! javac -nowarn --release 17 -d "$classes" \
+        -cp "$pyspark_jars/*:$CACHE/jars/hdfs-test/*" \
+        $(find jvm/hdfs-test/src -name '*.java' | sort) >"$CACHE/javac-hdfs-test.log" 2>&1; then
+        cat "$CACHE/javac-hdfs-test.log" >&2
+        die "javac could not compile jvm/hdfs-test (log above, also in $CACHE/javac-hdfs-test.log)"
+    fi
+    jar --create --file "$hdfs_jar.tmp" -C "$classes" .
+    mv "$hdfs_jar.tmp" "$hdfs_jar"
+    rm -rf "$classes"
+    write_stamp jars-hdfs-test-main "$hdfs_input"
     did_something=1
 fi
 
