@@ -32,7 +32,13 @@ from streaming.kafka.admin import end_offsets, ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
 from streaming.kafka.connection import client_config, producer_config
 from streaming.rules.model import Database, Instance, Route, normalize_address
-from streaming.spark.checkpoint import SHUFFLE_PARTITIONS, logged_batches, state_partitions, summarize
+from streaming.spark.checkpoint import (
+    SHUFFLE_PARTITIONS,
+    drop_uncommitted_batch,
+    logged_batches,
+    state_partitions,
+    summarize,
+)
 from streaming.spark.checkpoint_files import HadoopPath, locate, write_atomically
 from streaming.spark.job import RouterJob
 from streaming.spark.progress import BatchReport
@@ -145,7 +151,7 @@ def job(spark: SparkSession, bootstrap: str, prefix: str, checkpoint_dir: str) -
     return RouterJob(spark, settings)
 
 
-def test_hdfs_is_hadoop_s_own_client_and_the_local_override_maps_file_urls_only(spark, hdfs_url):
+def test_checkpoint_files_are_read_written_and_repaired_on_hdfs_by_hadoop_s_own_client(spark, hdfs_url):
     conf = spark._jsc.hadoopConfiguration()
     jvm = spark._jvm
 
@@ -155,7 +161,7 @@ def test_hdfs_is_hadoop_s_own_client_and_the_local_override_maps_file_urls_only(
     assert file_system(f"{hdfs_url}/x") == "org.apache.hadoop.hdfs.DistributedFileSystem"
     assert file_system("file:///tmp/x") == "router.fs.LocalFileSystem"
 
-    # The seam's writes and reads, on HDFS.
+    # The driver's reads and writes of checkpoint files, on HDFS (the local override maps file: only).
     folder = locate(f"{hdfs_url}/seam-{uuid.uuid4().hex[:8]}", spark)
     assert isinstance(folder, HadoopPath) and not folder.is_dir()
     write_atomically(folder / "rotation" / "3.json", '{"i1": {"a": 1}}')
@@ -173,6 +179,19 @@ def test_hdfs_is_hadoop_s_own_client_and_the_local_override_maps_file_urls_only(
     assert logged_batches(folder / "commits") == [7]
     with pytest.raises(OSError, match="cannot read"):
         (folder / "commits" / "12").read_text()
+
+    # The repair a start makes after a crash, on HDFS: batch 8 planned, not committed; a log file
+    # half written.
+    for name in ("7", "8", ".8.crc", ".9.0f1e.tmp"):
+        (folder / "offsets" / name).write_text("v1\n")
+    (folder / "commits" / ".8.77aa.tmp").write_text("v1\n")
+    assert drop_uncommitted_batch(folder) == 8
+    assert sorted(p.name for p in (folder / "offsets").iterdir()) == ["7"]
+    assert sorted(p.name for p in (folder / "commits").iterdir()) == ["7"]
+    # With no batch committed, what a first attempt left of the state goes: Spark wants it empty.
+    (folder / "commits" / "7").unlink()
+    (folder / "state" / "0" / "0" / "1.delta").write_text("x")
+    assert drop_uncommitted_batch(folder) == 7 and not (folder / "state").is_dir()
 
 
 def test_a_router_resumes_from_its_checkpoint_on_hdfs_and_checkpoint_show_reads_it(
