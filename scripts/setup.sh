@@ -2,9 +2,11 @@
 # One idempotent set-up for a fresh machine that has only python3 (>= 3.10), a JDK 17 and Maven:
 #   1. .venv/                   created with `python3 -m venv` when missing
 #   2. pip install -e '.[dev]'  when pyproject.toml changed since the last install
-#   3. .cache/jars/{spark,kafka,kafka-tools} copied from Maven Central when jvm/<side>/pom.xml changed
+#   3. .cache/jars/{spark,kafka,kafka-tools,hdfs-test} copied from Maven Central when
+#      jvm/<side>/pom.xml changed
 #   4. .cache/jars/router/router-state.jar built by Maven from jvm/state (its pom pins pyspark's
 #      jar versions), when a source file, the pom or the pyspark version changed
+#   5. .cache/jars/hdfs-test-main/router-hdfs-test.jar: the tests' HDFS (jvm/hdfs-test/src), likewise
 # Each step leaves a stamp (the sha256 of its input) in .cache/stamps/; a second run does nothing
 # and says so. ROUTER_CACHE_DIR moves the cache (jars and stamps) elsewhere; PYTHON picks the
 # interpreter that creates the venv.
@@ -40,7 +42,8 @@ write_stamp() {
 need "$PYTHON" "Python 3.10 or newer, to create .venv"
 need java "a JDK 17, to run Spark and the embedded Kafka broker"
 need mvn "Maven, to copy the Kafka and Spark jars from Maven Central and build jvm/state"
-need javac "a JDK 17 (javac), to compile the router's state processor"
+need javac "a JDK 17 (javac), to compile the tests' HDFS launcher"
+need jar "a JDK 17 (jar), to package the tests' HDFS launcher"
 cd "$ROOT"
 
 # 1. The virtualenv.
@@ -68,7 +71,7 @@ if ! stamp_is_current pip pyproject.toml || [[ ! -x "$VENV/bin/router" ]]; then
 fi
 
 # 3. Jars: copied into a fresh folder, swapped in whole, so no jar of an older pom is left behind.
-for side in spark kafka kafka-tools; do
+for side in spark kafka kafka-tools hdfs-test; do
     pom="jvm/$side/pom.xml"
     target="$CACHE/jars/$side"
     if stamp_is_current "jars-$side" "$pom" && compgen -G "$target/*.jar" >/dev/null; then
@@ -113,6 +116,31 @@ if ! stamp_is_current jars-router "$state_input" || [[ ! -f "$state_jar" ]]; the
     rm -rf "$built"
     write_stamp jars-router "$state_input"
     say "state processor built in $((SECONDS - started)) s"
+    did_something=1
+fi
+
+# 5. The tests' HDFS (router.hdfs.MiniHdfs, a MiniDFSCluster in a JVM of its own), in a jar of its
+# own: test code, kept off the router's classpath.
+hdfs_input="$CACHE/hdfs-test-input.txt"
+{ find jvm/hdfs-test/src -name '*.java' | sort | xargs sha256sum; sha256sum jvm/hdfs-test/pom.xml; } >"$hdfs_input"
+hdfs_jar="$CACHE/jars/hdfs-test-main/router-hdfs-test.jar"
+if ! stamp_is_current jars-hdfs-test-main "$hdfs_input" || [[ ! -f "$hdfs_jar" ]]; then
+    say "compiling the tests' HDFS (jvm/hdfs-test) into $hdfs_jar"
+    classes="$CACHE/hdfs-test-classes"
+    rm -rf "$classes"
+    mkdir -p "$classes" "$(dirname "$hdfs_jar")"
+    # Every lint but [path]: pyspark's jars name, in their manifests, jars that pyspark does not ship.
+    pyspark_jars="$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
+    if ! javac -Xlint:all,-path -Werror --release 17 -d "$classes" \
+        -cp "$pyspark_jars/*:$CACHE/jars/hdfs-test/*" \
+        $(find jvm/hdfs-test/src -name '*.java' | sort) >"$CACHE/javac-hdfs-test.log" 2>&1; then
+        cat "$CACHE/javac-hdfs-test.log" >&2
+        die "javac could not compile jvm/hdfs-test (log above, also in $CACHE/javac-hdfs-test.log)"
+    fi
+    jar --create --file "$hdfs_jar.tmp" -C "$classes" .
+    mv "$hdfs_jar.tmp" "$hdfs_jar"
+    rm -rf "$classes"
+    write_stamp jars-hdfs-test-main "$hdfs_input"
     did_something=1
 fi
 

@@ -7,7 +7,7 @@ is YAML; every key is optional but `instance`:
     instances: [a, b]                 # or several instances, routed by one query (instead of `instance`)
     bootstrap: 127.0.0.1:19092        # Kafka bootstrap servers (env ROUTER_BOOTSTRAP overrides)
     topic_prefix: router              # topic namespace, 1 to 150 of [A-Za-z0-9._-] (streaming.topics)
-    checkpoint_dir: .state/checkpoints/i1
+    checkpoint_dir: .state/checkpoints/i1    # or a Hadoop file system's URL: hdfs://namenode:8020/router/i1
     trigger_seconds: 1.0              # micro-batch interval of `router run`
     max_offsets_per_trigger: 200000   # upper bound of records per micro-batch
     spark_master: local[2]            # or spark://host:7077 (env ROUTER_SPARK_MASTER overrides)
@@ -50,6 +50,7 @@ import yaml
 from streaming.errors import ConfigError
 from streaming.kafka.connection import KafkaConnection, check_no_connection_options, connection_from
 from streaming.kafka.durability import AskedReplication, durability_keys
+from streaming.spark.checkpoint_files import is_url
 from streaming.topics import DEFAULT_PREFIX, check_prefix
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
@@ -101,7 +102,8 @@ class Settings:
     """The first (or only) instance the job routes: its name, and its default checkpoint folder."""
     kafka: KafkaConnection = KafkaConnection(DEFAULT_BOOTSTRAP)
     topic_prefix: str = DEFAULT_PREFIX
-    checkpoint_dir: Path = Path(".state/checkpoints")
+    checkpoint_dir: Path | str = Path(".state/checkpoints")
+    """A path of the driver's file system, or a Hadoop file system's URL (text: a `Path` folds `//`)."""
     trigger_seconds: float = 1.0
     max_offsets_per_trigger: int = 200_000
     spark_master: str = "local[2]"
@@ -117,7 +119,7 @@ class Settings:
     metrics_host: str = "127.0.0.1"
     health_stale_s: float | None = None
     """How long `/healthz` stays 200 without a finished micro-batch; None: `health_bound_s`'s default."""
-    start_after: Path | None = None
+    start_after: Path | str | None = None
     """A drained router's checkpoint_dir, where a new checkpoint's sources start (`--start-after`)."""
 
     @property
@@ -230,7 +232,8 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     raw = _read(path, overrides)
     where = str(path) if path is not None else "settings"
     names = _instances(raw, where)
-    _check_checkpoint_path(str(raw.get("checkpoint_dir", "")), where)
+    for key in ("checkpoint_dir", "start_after"):
+        _check_checkpoint_path(key, str(raw.get(key) or ""), where)
     instance = names[0]
     try:
         settings = Settings(
@@ -238,7 +241,9 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
             also_routes=names[1:],
             kafka=_connection(raw, where),
             topic_prefix=str(raw.get("topic_prefix", DEFAULT_PREFIX)),
-            checkpoint_dir=Path(raw.get("checkpoint_dir", Path(".state/checkpoints") / instance)),
+            checkpoint_dir=_checkpoint_location(
+                raw.get("checkpoint_dir", Path(".state/checkpoints") / instance)
+            ),
             trigger_seconds=float(raw.get("trigger_seconds", 1.0)),
             max_offsets_per_trigger=int(raw.get("max_offsets_per_trigger", 200_000)),
             spark_master=str(raw.get("spark_master", "local[2]")),
@@ -249,7 +254,9 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
             metrics_port=int(raw.get("metrics_port") or 0),
             metrics_host=str(raw.get("metrics_host") or "127.0.0.1"),
             health_stale_s=float(raw["health_stale_s"]) if raw.get("health_stale_s") is not None else None,
-            start_after=Path(raw["start_after"]) if raw.get("start_after") is not None else None,
+            start_after=(
+                _checkpoint_location(raw["start_after"]) if raw.get("start_after") is not None else None
+            ),
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: a setting has the wrong type: {exc}") from exc
@@ -279,17 +286,36 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     return settings
 
 
-def _check_checkpoint_path(given: str, where: str) -> None:
-    """Refuse a checkpoint_dir given as a URL (`hdfs://`, `s3a://`, `file:`): it must be a plain path.
+def _check_checkpoint_path(key: str, given: str, where: str) -> None:
+    """Refuse a checkpoint location that cannot work: a scheme without `//`, a URL without a folder.
 
-    The driver reads and repairs the checkpoint as files of its own machine (its offset and commit
-    logs, the rotation counters: `streaming.spark.checkpoint`), where a URL is no path. On a cluster
-    the executors write the state store into the same folder, so it is a folder every node mounts
-    at the same path.
+    A web address is refused too: Hadoop reads it, but cannot write to it.
+
+    A plain path is a folder of the driver's file system (on a cluster, one every node mounts at the
+    same path); a URL (`hdfs://namenode:8020/router/i1`) is a Hadoop file system's, which the driver
+    reads and repairs through its JVM (`streaming.spark.checkpoint_files`) and the executors write
+    the state store to. Whether Spark has the URL's file system (an `s3a://` connector jar, say) is
+    known once the session starts, and said then.
     """
-    if re.match(r"[A-Za-z][A-Za-z0-9+.-]+:", given):
+    if is_url(given):
+        scheme, rest = given.split("://", 1)
+        if scheme.lower() in ("http", "https"):
+            raise ConfigError(
+                f"{where}: {key}: {given!r} is a web address, which Hadoop reads but cannot write; give a "
+                "path, or the URL of a file system every node reaches (hdfs://namenode:8020/router/i1)"
+            )
+        if "/" not in rest.strip("/"):
+            raise ConfigError(
+                f"{where}: {key}: expected a folder in the URL, as in {scheme}://namenode:8020/router/i1, "
+                f"got {given!r}"
+            )
+    elif re.match(r"[A-Za-z][A-Za-z0-9+.-]+:", given):
         raise ConfigError(
-            f"{where}: checkpoint_dir: expected a path of the driver's file system, got the URL {given!r}; "
-            "the driver reads and repairs the checkpoint as local files, so on a Spark cluster give a "
-            "folder that every node mounts at the same path (NFS, say)"
+            f"{where}: {key}: expected a path, or a URL with `//` (hdfs://namenode:8020/router/i1), got "
+            f"{given!r}, which would be taken as a relative folder named after its scheme"
         )
+
+
+def _checkpoint_location(given: str | Path) -> Path | str:
+    """A checkpoint location as the settings keep it: a URL as text, anything else as a `Path`."""
+    return given if isinstance(given, str) and is_url(given) else Path(given)

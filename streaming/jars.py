@@ -6,6 +6,8 @@
     <project root>/.cache/jars/kafka/        jvm/kafka/pom.xml: kafka_2.13 (KRaft broker) and log4j2
     <project root>/.cache/jars/kafka-tools/  jvm/kafka-tools/pom.xml: Kafka's perf tools, for bench/
     <project root>/.cache/jars/router/       router-state.jar: jvm/state/pom.xml, built against pyspark's jars
+    <project root>/.cache/jars/hdfs-test/    jvm/hdfs-test/pom.xml: hadoop-client-minicluster (tests' HDFS)
+    <project root>/.cache/jars/hdfs-test-main/  router-hdfs-test.jar: jvm/hdfs-test/src, the tests' HDFS
 
 The project root is the nearest folder above this file that holds `pyproject.toml`; the environment
 variable `ROUTER_CACHE_DIR` names another cache folder (for an installed, non-editable copy, as in the

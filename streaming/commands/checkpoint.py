@@ -1,6 +1,8 @@
 """`router checkpoint show DIR`: what a router's checkpoint holds.
 
-From the checkpoint's files alone (no Spark, no Kafka; `streaming.spark.checkpoint.summarize`):
+From the checkpoint's files alone (no Kafka; `streaming.spark.checkpoint.summarize`), with no Spark
+for a folder of this machine; a checkpoint on a Hadoop file system (hdfs://namenode:8020/router/i1)
+is read through a local SparkSession's Hadoop client, started first:
 
   query         the streaming query's id, and the instances it routes (from the topics it reads)
   batches       the last committed micro-batch and when it was committed; a batch planned after
@@ -16,6 +18,7 @@ from Kafka (--bootstrap, --config).
 
     router checkpoint show .state/checkpoints/i1
     router checkpoint show .state/checkpoints/i1 --no-state --json
+    router checkpoint show hdfs://namenode:8020/router/i1
 """
 
 from __future__ import annotations
@@ -24,11 +27,15 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streaming.commands.common import add_kafka_arguments, format_table, kafka_from, utc_now
 from streaming.instants import format_age
 from streaming.spark.checkpoint import CheckpointSummary, summarize
+from streaming.spark.checkpoint_files import is_url, locate
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 INSTANCE_FIGURES = (
     ("endpoints", "endpoints"),
@@ -57,8 +64,8 @@ def register(subparsers: Any) -> None:
     show.add_argument(
         "dir",
         metavar="DIR",
-        type=Path,
-        help="the router's checkpoint_dir (as in its settings; the `query` folder in it is taken too)",
+        help="the router's checkpoint_dir (as in its settings: a folder, or a Hadoop file system's URL; "
+        "the `query` folder in it is taken too)",
     )
     show.add_argument("--json", action="store_true", help="print one JSON line instead of the tables")
     show.add_argument(
@@ -77,10 +84,27 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print what the checkpoint holds: a JSON line (`--json`) or tables."""
-    summary = summarize(args.dir)
+    if not is_url(args.dir):
+        return show(args, summarize(Path(args.dir)))
+    started = time.monotonic()
+    spark = _session(2)
+    spark_start_s = time.monotonic() - started
+    try:
+        return show(args, summarize(locate(args.dir, spark)), spark, spark_start_s)
+    finally:
+        spark.stop()
+
+
+def show(
+    args: argparse.Namespace,
+    summary: CheckpointSummary,
+    spark: SparkSession | None = None,
+    spark_start_s: float = 0.0,
+) -> int:
+    """Print `summary`, with the state's figures and the requests when asked; `spark`: a session to use."""
     document = summary.document()
     if not args.no_state and summary.last_committed is not None:
-        document.update(count_state(summary))
+        document.update(count_state(summary, spark, spark_start_s))
     if args.requests:
         document["requests"] = outstanding_requests(args, summary)
     if args.json:
@@ -90,30 +114,39 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def count_state(summary: CheckpointSummary) -> dict[str, Any]:
+def count_state(
+    summary: CheckpointSummary, spark: SparkSession | None = None, spark_start_s: float = 0.0
+) -> dict[str, Any]:
     """The state's figures per instance (`state`), read with Spark's state data source.
 
-    A local SparkSession reads them; `spark_start_s` and `state_read_s` say how long it took to
-    start and to read.
+    A local SparkSession reads them (`spark`, or one started here); `spark_start_s` and
+    `state_read_s` say how long it took to start and to read.
     """
-    from streaming.spark.session import build_session
     from streaming.spark.state import state_counts
 
     assert summary.last_committed is not None
     started = time.monotonic()
-    spark = build_session("router-checkpoint-show", "local[2]", summary.state_partitions or 2)
+    own = spark is None
+    session = _session(summary.state_partitions or 2) if spark is None else spark
     try:
         read = time.monotonic()
-        counts = state_counts(spark, summary.folder, summary.last_committed)
+        counts = state_counts(session, summary.folder, summary.last_committed)
         done = time.monotonic()
     finally:
-        spark.stop()
+        if own:
+            session.stop()
     return {
         "state": counts,
         "state_batch": summary.last_committed,
-        "spark_start_s": round(read - started, 2),
+        "spark_start_s": round(read - started + spark_start_s, 2),
         "state_read_s": round(done - read, 2),
     }
+
+
+def _session(partitions: int) -> SparkSession:
+    from streaming.spark.session import build_session
+
+    return build_session("router-checkpoint-show", "local[2]", partitions)
 
 
 def outstanding_requests(args: argparse.Namespace, summary: CheckpointSummary) -> dict[str, int]:

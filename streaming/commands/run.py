@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -91,9 +92,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
     )
     from streaming.spark.checkpoint import check_state_partitions, query_folder
 
-    check_state_partitions(
-        query_folder(settings.checkpoint_dir), settings.shuffle_partitions, settings.shuffle_partitions_named
-    )
+    if isinstance(settings.checkpoint_dir, Path):  # a URL's files are read once Spark has started
+        query = query_folder(settings.checkpoint_dir)
+        check_state_partitions(query, settings.shuffle_partitions, settings.shuffle_partitions_named)
     require_broker(settings.kafka)
     return settings
 

@@ -4,29 +4,32 @@ A query's checkpoint holds its offset log (the batches planned), its commit log 
 written and committed) and Spark's state store (the conversation memory). A job killed at any
 moment leaves them consistent, with two exceptions Spark 4.1.1 does not resume from, which
 `drop_uncommitted_batch` repairs before the query starts.
+
+Each function takes the checkpoint as a `CheckpointPath`: a `pathlib.Path` on the driver's file
+system, or a `HadoopPath` (`hdfs://...`) read through the driver's JVM
+(`streaming.spark.checkpoint_files`).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from streaming.errors import ConfigError, RouterError
 from streaming.instants import format_instant
+from streaming.spark.checkpoint_files import CheckpointPath, modified, remove_tree
 from streaming.topics import instance_topic_parts
 
 
-def logged_batches(log: Path) -> list[int]:
+def logged_batches(log: CheckpointPath) -> list[int]:
     """The batch ids a query's offset or commit log holds (its files named by number)."""
     return [int(p.name) for p in log.glob("[0-9]*")] if log.is_dir() else []
 
 
-def drop_uncommitted_batch(checkpoint: Path) -> int | None:
+def drop_uncommitted_batch(checkpoint: CheckpointPath) -> int | None:
     """Remove the offset-log entry of a batch that was planned but never committed; return its id.
 
     After a crash the query would run that batch again from the logged offsets, without asking the
@@ -50,7 +53,7 @@ def drop_uncommitted_batch(checkpoint: Path) -> int | None:
                 leftover.unlink(missing_ok=True)
     planned, done = logged_batches(offsets), logged_batches(commits)
     if not done:
-        shutil.rmtree(checkpoint / "state", ignore_errors=True)
+        remove_tree(checkpoint / "state")
     if not planned or max(planned) <= max(done, default=-1):
         return None
     last = max(planned)
@@ -63,7 +66,7 @@ OLD_STATE_OPERATOR = "flatMapGroupsWithState"
 """The operator that kept the conversation memory before `transformWithState` (its timers)."""
 
 
-def holds_old_state(checkpoint: Path) -> bool:
+def holds_old_state(checkpoint: CheckpointPath) -> bool:
     """Whether the checkpoint's conversation memory was written by `OLD_STATE_OPERATOR`.
 
     Spark names the stateful operator in the state's metadata (`state/0/_metadata/metadata`); a
@@ -85,9 +88,9 @@ CHANGING_PARTITIONS = "README.md, 'Changing the number of state partitions'"
 """Where a user reads how to move a router to another number of state partitions."""
 
 
-def query_folder(checkpoint_dir: Path) -> Path:
+def query_folder(checkpoint_dir: CheckpointPath) -> CheckpointPath:
     """The streaming query's checkpoint in a router's `checkpoint_dir` (`RouterJob.checkpoint`)."""
-    return Path(checkpoint_dir) / "query"
+    return checkpoint_dir / "query"
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ class LoggedBatch:
         return int(value) if value is not None else None
 
 
-def read_logged_batch(checkpoint: Path, batch_id: int) -> LoggedBatch:
+def read_logged_batch(checkpoint: CheckpointPath, batch_id: int) -> LoggedBatch:
     """The offset-log entry of `batch_id` in the query checkpoint `checkpoint`."""
     path = checkpoint / "offsets" / str(batch_id)
     try:
@@ -135,7 +138,7 @@ def read_logged_batch(checkpoint: Path, batch_id: int) -> LoggedBatch:
         raise RouterError(f"{path}: expected {expected}: {error}") from error
 
 
-def state_partitions(checkpoint: Path) -> int | None:
+def state_partitions(checkpoint: CheckpointPath) -> int | None:
     """The number of state partitions the query at `checkpoint` is fixed to; None for a new query.
 
     Spark takes it from the last entry of the offset log when the query starts again, whatever the
@@ -150,7 +153,7 @@ def state_partitions(checkpoint: Path) -> int | None:
     return partitions if partitions is not None else state_metadata(checkpoint).get("numPartitions")
 
 
-def state_metadata(checkpoint: Path) -> dict[str, Any]:
+def state_metadata(checkpoint: CheckpointPath) -> dict[str, Any]:
     """The state operator's metadata as its last version says: `operatorName`, `numPartitions`.
 
     Spark 4.1 writes a version (`state/0/_metadata/v2/<batch id>`) when the operator starts or its
@@ -173,7 +176,7 @@ def state_metadata(checkpoint: Path) -> dict[str, Any]:
         raise RouterError(f"{path}: cannot read the state operator's metadata: {error}") from error
 
 
-def check_state_partitions(checkpoint: Path, partitions: int, named: bool = True) -> None:
+def check_state_partitions(checkpoint: CheckpointPath, partitions: int, named: bool = True) -> None:
     """Refuse to start the query at `checkpoint` with another number of state partitions than its own.
 
     Spark would quietly go on with the checkpoint's number (`state_partitions`). `named`: whether
@@ -199,9 +202,13 @@ def check_state_partitions(checkpoint: Path, partitions: int, named: bool = True
 
 @dataclass(frozen=True)
 class CheckpointSummary:
-    """What a router's checkpoint holds, read from its files alone (no Spark): `summarize`."""
+    """What a router's checkpoint holds, read from its files alone: `summarize`.
 
-    folder: Path
+    No Spark for a checkpoint on the driver's file system; a `HadoopPath`'s files are read through
+    the session's JVM, without running a Spark job.
+    """
+
+    folder: CheckpointPath
     """The streaming query's folder (`query_folder`)."""
     query_id: str
     prefix: str | None
@@ -240,7 +247,7 @@ class CheckpointSummary:
         }
 
 
-def find_query(folder: Path) -> Path:
+def find_query(folder: CheckpointPath) -> CheckpointPath:
     """The query folder of a router checkpoint given as its `checkpoint_dir` (or as the query folder)."""
     if not folder.is_dir():
         raise RouterError(
@@ -257,7 +264,7 @@ def find_query(folder: Path) -> Path:
     )
 
 
-def summarize(folder: Path) -> CheckpointSummary:
+def summarize(folder: CheckpointPath) -> CheckpointSummary:
     """Read what the router checkpoint at `folder` (`find_query`) holds; see `CheckpointSummary`."""
     query = find_query(folder)
     try:
@@ -285,8 +292,7 @@ def summarize(folder: Path) -> CheckpointSummary:
     metadata = state_metadata(query)
     committed_at = None
     if committed is not None:
-        mtime = (query / "commits" / str(committed)).stat().st_mtime
-        committed_at = datetime.fromtimestamp(mtime, timezone.utc)
+        committed_at = datetime.fromtimestamp(modified(query / "commits" / str(committed)), timezone.utc)
     return CheckpointSummary(
         folder=query,
         query_id=query_id,

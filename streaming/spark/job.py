@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -69,6 +68,7 @@ from streaming.spark.checkpoint import (
     starting_offsets,
     summarize,
 )
+from streaming.spark.checkpoint_files import CheckpointPath, locate
 from streaming.spark.decision import DecisionInputs, Snapshot
 from streaming.spark.executors import ExecutorWatch
 from streaming.spark.metrics import Liveness, RouterMetrics, judge
@@ -139,6 +139,7 @@ class RouterJob:
         """`metrics`: where the job's figures go for Prometheus (`streaming.spark.metrics`), if anywhere."""
         self.spark = spark
         self.settings = settings
+        self._checkpoint = query_folder(locate(settings.checkpoint_dir, spark))
         self.topology = t = load_topology(settings)
         kafka = settings.kafka
         # Asked once: the topics of the whole run get these replicas, even one created while a broker
@@ -216,9 +217,13 @@ class RouterJob:
         return self.totals.routed
 
     @property
-    def checkpoint(self) -> Path:
-        """The streaming query's checkpoint folder (its offsets, commits and state store)."""
-        return query_folder(self.settings.checkpoint_dir)
+    def checkpoint(self) -> CheckpointPath:
+        """The streaming query's checkpoint folder (its offsets, commits and state store).
+
+        On the driver's file system, or on a Hadoop one (`hdfs://...`), whose files the driver
+        reads through its JVM (`streaming.spark.checkpoint_files`).
+        """
+        return self._checkpoint
 
     # --- the streaming query ------------------------------------------------------------------
 
@@ -281,7 +286,7 @@ class RouterJob:
         after = self.settings.start_after
         if after is None or logged_batches(self.checkpoint / "offsets"):
             return {}
-        drained = summarize(after)
+        drained = summarize(locate(after, self.spark))
         t = self.topology
         sources = {"messages": [*t.outbound, *t.inbound], "delayed": t.delayed}
         starting = {

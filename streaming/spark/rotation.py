@@ -8,18 +8,18 @@ one pass then, `SnapshotFlags.spreads`). A batch that advanced a counter writes 
 it: one version per batch, as Spark's state store keeps its own. A start reads the version of the
 last committed batch (or the latest before it) and removes those of batches never committed, so a
 batch run again after a crash starts from the counters its first attempt started from, and a
-restart continues the rotation where the committed batches left it.
+restart continues the rotation where the committed batches left it. The checkpoint may be on a
+Hadoop file system (`streaming.spark.checkpoint_files`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
-from pathlib import Path
 
 from streaming.errors import RouterError
 from streaming.spark.checkpoint import logged_batches
+from streaming.spark.checkpoint_files import CheckpointPath, write_atomically
 
 KEPT_VERSIONS = 2
 """Versions kept: the last, and the one before it (the last may belong to a batch never committed)."""
@@ -28,12 +28,14 @@ KEPT_VERSIONS = 2
 class RotationStore:
     """The counters by instance, then by rotation key; versioned by batch in `folder`."""
 
-    def __init__(self, folder: Path, counters: Mapping[str, Mapping[str, int]] | None = None) -> None:
+    def __init__(
+        self, folder: CheckpointPath, counters: Mapping[str, Mapping[str, int]] | None = None
+    ) -> None:
         self.folder = folder
         self.counters: dict[str, dict[str, int]] = {i: dict(keys) for i, keys in (counters or {}).items()}
 
     @classmethod
-    def load(cls, checkpoint: Path) -> RotationStore:
+    def load(cls, checkpoint: CheckpointPath) -> RotationStore:
         """The counters as the last committed batch of the query at `checkpoint` left them."""
         folder = checkpoint / "rotation"
         committed = max(logged_batches(checkpoint / "commits"), default=-1)
@@ -61,16 +63,13 @@ class RotationStore:
         for instance, keys in advanced.items():
             self.counters.setdefault(instance, {}).update(keys)
         self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"{batch_id}.json"
-        partial = self.folder / f".{batch_id}.json.tmp"
-        partial.write_text(json.dumps(self.counters, sort_keys=True), encoding="utf-8")
-        os.replace(partial, path)
+        write_atomically(self.folder / f"{batch_id}.json", json.dumps(self.counters, sort_keys=True))
         older = sorted(b for b in _versions(self.folder) if b < batch_id)
         for old in older[: max(0, len(older) - (KEPT_VERSIONS - 1))]:
             (self.folder / f"{old}.json").unlink(missing_ok=True)
 
 
-def _versions(folder: Path) -> dict[int, Path]:
+def _versions(folder: CheckpointPath) -> dict[int, CheckpointPath]:
     if not folder.is_dir():
         return {}
     return {int(p.stem): p for p in folder.glob("[0-9]*.json")}

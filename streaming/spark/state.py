@@ -40,7 +40,6 @@ state store alone).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -58,6 +57,7 @@ from streaming.contract import (
     STATE_KINDS,
     STATE_VARIABLE,
 )
+from streaming.spark.checkpoint_files import CheckpointPath
 from streaming.spark.decision import DecisionInputs
 from streaming.spark.session import session_jvm
 
@@ -182,7 +182,7 @@ def held_counts(spark: SparkSession) -> Any:
     return session_jvm(spark, "the router's metrics need").router.metrics.HeldCounts.register(spark._jsc.sc())
 
 
-def held_figures(spark: SparkSession, checkpoint: Path, batch_id: int) -> list[str]:
+def held_figures(spark: SparkSession, checkpoint: CheckpointPath, batch_id: int) -> list[str]:
     """What the state held delayed after batch `batch_id`, in `router.metrics.HeldCounts`' form.
 
     Per instance (the state key's first part): the messages held (`m`), the conversation endpoints
@@ -205,7 +205,7 @@ def held_figures(spark: SparkSession, checkpoint: Path, batch_id: int) -> list[s
     return out
 
 
-def read_state(spark: SparkSession, checkpoint: Path, batch_id: int | None = None) -> DataFrame:
+def read_state(spark: SparkSession, checkpoint: CheckpointPath, batch_id: int | None = None) -> DataFrame:
     """The conversation memory a query's checkpoint holds, as batch `batch_id` (default: the last) left it.
 
     One row per conversation endpoint held (`key`, `value`: its kept choices `entries`, its held
@@ -233,7 +233,7 @@ def choice_value() -> Column:
     )
 
 
-def state_counts(spark: SparkSession, checkpoint: Path, batch_id: int) -> dict[str, dict[str, int]]:
+def state_counts(spark: SparkSession, checkpoint: CheckpointPath, batch_id: int) -> dict[str, dict[str, int]]:
     """What the state held after batch `batch_id`, per instance (the state key's first part).
 
     `endpoints`: conversation endpoints held; `kept_choices`: their kept choices (K2);

@@ -25,6 +25,7 @@ from streaming.spark.checkpoint import (
     state_partitions,
     summarize,
 )
+from streaming.spark.checkpoint_files import is_url, locate, write_atomically
 from streaming.topics import choices_topic, delayed_topic, inbound_topic, outbound_topic
 
 PREFIX = "demo20261128085901"
@@ -279,3 +280,32 @@ def test_run_and_replay_take_the_drained_checkpoint_to_start_after() -> None:
         assert args.start_after == "old-checkpoint"
     assert load_settings(None, instance="i1", start_after="old").start_after == Path("old")
     assert load_settings(None, instance="i1").start_after is None
+
+
+@pytest.mark.parametrize(
+    ("given", "url"),
+    [
+        ("hdfs://namenode:8020/router/i1", True),
+        ("s3a://bucket/router/i1", True),
+        (".state/checkpoints/i1", False),
+        ("/mnt/shared/router/i1", False),
+        (Path("/mnt/shared/router/i1"), False),
+    ],
+)
+def test_a_checkpoint_is_a_url_only_with_a_scheme_and_two_slashes(given: str | Path, url: bool) -> None:
+    assert is_url(given) is url
+    if not url:
+        assert locate(given) == Path(given)  # a folder of this machine: no Spark needed
+
+
+def test_a_checkpoint_url_without_a_session_is_refused_with_the_reason() -> None:
+    with pytest.raises(RouterError, match="read through a SparkSession"):
+        locate("hdfs://namenode:8020/router/i1")
+
+
+def test_a_local_file_is_written_through_a_rename(tmp_path: Path) -> None:
+    target = tmp_path / "3.json"
+    write_atomically(target, "one")
+    write_atomically(target, "two")
+    assert target.read_text(encoding="utf-8") == "two"
+    assert [p.name for p in tmp_path.iterdir()] == ["3.json"]  # no temporary file left

@@ -32,13 +32,31 @@ def test_a_joined_executor_names_its_host_and_cores_and_the_driver_s_own_is_not_
     assert change_line("removed\tdriver\tstopped") is None
 
 
-@pytest.mark.parametrize("url", ["hdfs://namenode:8020/router/i1", "s3a://bucket/router/i1", "file:/data/i1"])
-def test_a_checkpoint_given_as_a_url_is_refused_with_the_reason(url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("url", ["hdfs://namenode:8020/router/i1", "s3a://bucket/router/i1"])
+def test_a_checkpoint_given_as_a_hadoop_url_is_kept_as_the_url(url: str, tmp_path: Path) -> None:
     settings = tmp_path / "router.yaml"
     settings.write_text(f"instance: i1\ncheckpoint_dir: {url}\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="every node mounts at the same path") as refused:
+    loaded = load_settings(settings, start_after=f"{url}-old")
+    assert (loaded.checkpoint_dir, loaded.start_after) == (url, f"{url}-old")
+
+
+@pytest.mark.parametrize(
+    ("given", "reason"),
+    [
+        ("file:/data/i1", "a URL with `//`"),
+        ("hdfs:/router/i1", "a URL with `//`"),
+        ("hdfs://namenode:8020", "expected a folder in the URL"),
+        ("https://example.com/router/i1", "a web address"),
+    ],
+)
+def test_a_checkpoint_location_that_cannot_work_is_refused_with_the_reason(
+    given: str, reason: str, tmp_path: Path
+) -> None:
+    settings = tmp_path / "router.yaml"
+    settings.write_text(f"instance: i1\ncheckpoint_dir: {given}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=reason) as refused:
         load_settings(settings)
-    assert url in str(refused.value)
+    assert given in str(refused.value) and "checkpoint_dir" in str(refused.value)
 
 
 def test_a_checkpoint_given_as_a_path_is_taken() -> None:
