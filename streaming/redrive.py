@@ -263,7 +263,11 @@ class RedriveSummary:
         """The one-line summary."""
         verb = "would send" if self.dry_run else "sent"
         where = ", ".join(f"{n} to {t}" for t, n in sorted(self.by_target.items())) or "nothing"
-        rate = f", {self.sent / self.seconds:,.0f}/s" if self.seconds > 0 and self.sent else ""
+        rate = (
+            f", {self.sent / self.seconds:,.0f}/s"
+            if self.seconds > 0 and self.sent and not self.dry_run
+            else ""
+        )
         return (
             f"read {self.read} record(s) of {self.topic} in {self.seconds:.1f} s; {verb} {self.sent} "
             f"({where}{rate}); skipped {self.filtered} by the filters, {self.too_often} sent back too "
