@@ -502,7 +502,7 @@ class Redrive:
         while ends and not self.stop():
             if r.most is not None and s.sent >= r.most:
                 break
-            records = consumer.consume(min(CHUNK_RECORDS, 100), 0.5)
+            records = consumer.consume(100, 0.5)  # a few at a time: --max and a stop act soon
             for record in records:
                 if record.error() is not None:
                     _raise_if_error(record, r.topic, self.kafka, ends)

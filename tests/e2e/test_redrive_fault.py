@@ -1,14 +1,16 @@
 """The fault tier for `router redrive`: killed midway with SIGKILL and run again, it sends each record once.
 
 `router redrive --rate` runs as a child process over a few thousand dropped records; it is killed
-while its transactions are being written, then run again to the end. A read_committed consumer
-(what the router's job and librdkafka's consumers read) then counts every message id in the
-instance's inputs: each exactly once. A read_uncommitted one shows that the kill did leave records
-of an unfinished transaction behind, which is what the test is about.
+while its transactions are being written (or stopped with Ctrl-C), then run again to the end. A
+read_committed consumer (what the router's job and librdkafka's consumers read) then counts every
+message id in the instance's inputs: each exactly once. A read_uncommitted one shows that the kill
+did leave records of an unfinished transaction behind, which is what the test is about.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -98,48 +100,91 @@ def read_ids(bootstrap: str, names: list[str], isolation: str) -> Counter[str]:
     return found
 
 
-def test_a_redrive_killed_midway_and_run_again_sends_each_record_once(
-    kafka_bootstrap: str, tmp_path: Path, started: list[subprocess.Popen[bytes]]
-) -> None:
+def namespace(bootstrap: str) -> tuple[str, list[str], set[str]]:
+    """A prefix with i1's catalog and RECORDS dropped messages; its inputs and the messages' ids."""
     prefix = f"rf{uuid.uuid4().hex[:10]}"
-    publish_catalogs(kafka_bootstrap, [I1], topics.catalogs_topic(prefix))
+    publish_catalogs(bootstrap, [I1], topics.catalogs_topic(prefix))
     inputs = [topics.outbound_topic("i1", prefix), topics.inbound_topic("i1", prefix)]
-    ensure_topics(kafka_bootstrap, [*inputs, topics.dropped_topic("i1", prefix)], partitions=2)
-    ids = dropped_records(kafka_bootstrap, prefix)
-    command = [
+    ensure_topics(bootstrap, [*inputs, topics.dropped_topic("i1", prefix)], partitions=2)
+    return prefix, inputs, dropped_records(bootstrap, prefix)
+
+
+def redrive_command(bootstrap: str, prefix: str) -> list[str]:
+    return [
         sys.executable, "-m", "streaming.cli", "redrive", "--instance", "i1", "--from", "dropped",
-        "--bootstrap", kafka_bootstrap, "--topic-prefix", prefix,
+        "--bootstrap", bootstrap, "--topic-prefix", prefix,
     ]  # fmt: skip
-    log = tmp_path / "redrive.log"
-    first = subprocess.Popen(
+
+
+def start_paced(
+    command: list[str], log: Path, inputs: list[str], bootstrap: str, started: list[subprocess.Popen[bytes]]
+) -> subprocess.Popen[bytes]:
+    """Start the redrive at RATE; return once about a third is written (committed or not)."""
+    process = subprocess.Popen(
         [*command, "--rate", str(RATE)],
         cwd=ROOT,
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group, as `kill` expects
     )
-    started.append(first)
+    started.append(process)
     deadline = time.monotonic() + 120
-    # Killed once about a third is written (end offsets: committed or not, markers included).
-    while sum(sum(end_offsets(kafka_bootstrap, name).values()) for name in inputs) < RECORDS // 3:
-        assert first.poll() is None, f"the redrive ended before the kill:\n{log.read_text()}"
+    while sum(sum(end_offsets(bootstrap, name).values()) for name in inputs) < RECORDS // 3:
+        assert process.poll() is None, f"the redrive ended too soon:\n{log.read_text()}"
         assert time.monotonic() < deadline, f"the redrive wrote too little in 120 s:\n{log.read_text()}"
         time.sleep(0.1)
-    kill(first)
-    committed_at_kill = read_ids(kafka_bootstrap, inputs, "read_committed")
-    assert 0 < sum(committed_at_kill.values()) < RECORDS, "the kill was meant to interrupt the redrive"
-    assert max(committed_at_kill.values()) == 1
+    return process
 
+
+def run_to_the_end(command: list[str], before: int) -> None:
+    """Run the redrive again, to the end: it sends what the interrupted run had not committed."""
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout == ""  # people's lines on stderr only
     summary = again.stderr.strip().splitlines()[-1]
-    assert f"sent {RECORDS - sum(committed_at_kill.values())} " in summary, again.stderr[-3000:]
+    assert f"sent {RECORDS - before} " in summary, again.stderr[-3000:]
 
-    delivered = read_ids(kafka_bootstrap, inputs, "read_committed")
+
+def assert_each_once(bootstrap: str, inputs: list[str], ids: set[str]) -> None:
+    delivered = read_ids(bootstrap, inputs, "read_committed")
     assert set(delivered) == ids, f"missing {sorted(ids - set(delivered))[:10]}"
     twice = {i: n for i, n in delivered.items() if n > 1}
     assert not twice, f"sent more than once: {sorted(twice.items())[:10]}"
+
+
+def test_a_redrive_killed_midway_and_run_again_sends_each_record_once(
+    kafka_bootstrap: str, tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    prefix, inputs, ids = namespace(kafka_bootstrap)
+    command = redrive_command(kafka_bootstrap, prefix)
+    log = tmp_path / "redrive.log"
+    kill(start_paced(command, log, inputs, kafka_bootstrap, started))
+    committed_at_kill = read_ids(kafka_bootstrap, inputs, "read_committed")
+    assert 0 < sum(committed_at_kill.values()) < RECORDS, "the kill was meant to interrupt the redrive"
+    assert max(committed_at_kill.values()) == 1
+
+    run_to_the_end(command, sum(committed_at_kill.values()))
+    assert_each_once(kafka_bootstrap, inputs, ids)
     # The kill left an unfinished transaction's records in the log: read_uncommitted sees them.
     uncommitted = read_ids(kafka_bootstrap, inputs, "read_uncommitted")
     assert sum(uncommitted.values()) > RECORDS, "the kill fell between two transactions: nothing was tested"
+
+
+def test_a_redrive_stopped_with_ctrl_c_commits_its_chunk_and_the_next_run_goes_on(
+    kafka_bootstrap: str, tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    prefix, inputs, ids = namespace(kafka_bootstrap)
+    command = redrive_command(kafka_bootstrap, prefix)
+    log = tmp_path / "redrive.log"
+    process = start_paced(command, log, inputs, kafka_bootstrap, started)
+    os.killpg(process.pid, signal.SIGINT)
+    assert process.wait(60) == 0, log.read_text()
+    said = log.read_text()
+    assert "SIGINT: stopping after the chunk in flight" in said and "; stopped early" in said, said
+    # It committed what it had written: nothing is left of an open or aborted transaction.
+    committed = read_ids(kafka_bootstrap, inputs, "read_committed")
+    assert 0 < sum(committed.values()) < RECORDS, said
+    assert read_ids(kafka_bootstrap, inputs, "read_uncommitted") == committed
+
+    run_to_the_end(command, sum(committed.values()))
+    assert_each_once(kafka_bootstrap, inputs, ids)
