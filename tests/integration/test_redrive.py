@@ -1,9 +1,9 @@
 """`router redrive` through the real broker: what it sends back, where, with which headers, and once.
 
 The dropped topic's records are produced as the router writes them (`streaming.spark.output`: the
-decision's headers, then `source_topic`); the command runs through `streaming.cli.main`; what it
-wrote is read back with a read_committed consumer (librdkafka's default). Each test has its own
-topic prefix.
+decision's headers, then `source_topic`), and the last test has the real job drop them; the command
+runs through `streaming.cli.main`; what it wrote is read back with a read_committed consumer
+(librdkafka's default). Each test has its own topic prefix.
 """
 
 from __future__ import annotations
@@ -12,17 +12,22 @@ import json
 import uuid
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from pyspark.sql import SparkSession
 
 from streaming import topics
 from streaming.cli import main
+from streaming.config import load_settings
 from streaming.kafka.admin import cluster_metadata, ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
-from streaming.rules.model import Database, Instance
-from streaming.tables.topic_io import publish_catalogs
+from streaming.rules.model import Database, Instance, Route
+from streaming.spark.job import RouterJob
+from streaming.tables.topic_io import publish_catalogs, put_route
 
 pytestmark = pytest.mark.integration
 
@@ -287,3 +292,40 @@ def test_bad_input_is_one_line_and_writes_nothing(
     err = capsys.readouterr().err
     assert err.startswith("router redrive: error: ") and said in err
     assert read_committed(kafka_bootstrap, topics.outbound_topic("i1", prefix)) == []
+
+
+def test_what_the_router_dropped_is_routed_again_once_the_cause_is_fixed(
+    spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The real job drops messages for a service no database hosts; once one does, a redrive sends
+    them back (to the inbound topic, by the job's own source_topic header) and the job delivers them."""
+    prefix = make_prefix(kafka_bootstrap)
+    put_route(kafka_bootstrap, "i1", Route("msdb", "AutoCreatedLocal", "LOCAL"), topics.routes_topic(prefix))
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for n in range(3):
+        producer.produce(
+            topics.inbound_topic("i1", prefix), key=b"c-billing", value=message(f"b{n}", "Billing")
+        )
+    assert producer.flush(30) == 0
+    settings = load_settings(
+        None,
+        instance="i1",
+        bootstrap=kafka_bootstrap,
+        topic_prefix=prefix,
+        checkpoint_dir=str(tmp_path / "i1"),
+    )
+
+    RouterJob(spark, settings).replay(timeout_s=300)
+    dropped = read_committed(kafka_bootstrap, topics.dropped_topic("i1", prefix))
+    assert [(h["reason"], h["source_topic"]) for _, h, _ in dropped] == [
+        ("service_not_found", topics.inbound_topic("i1", prefix))
+    ] * 3
+
+    hosted = replace(I1, databases=(replace(AW, services=("InitiatorService", "Billing")), MSDB))
+    publish_catalogs(kafka_bootstrap, [hosted], topics.catalogs_topic(prefix))
+    assert redrive(kafka_bootstrap, prefix, "--from", "dropped", "--service", "Billing") == 0
+    job = RouterJob(spark, settings)
+    job.replay(timeout_s=300)
+    assert job.totals.outcomes["deliver"] == 3
+    queue = topics.queue_topic("i1", "AW", "Billing", prefix)
+    assert ids(kafka_bootstrap, queue) == Counter({"b0": 1, "b1": 1, "b2": 1})
