@@ -21,6 +21,7 @@ COMMANDS = (
     "explain",
     "run",
     "replay",
+    "redrive",
     "checkpoint",
     "resolve",
     "directory",

@@ -131,7 +131,16 @@ STATE_VARIABLE = "memory"
 
 # --- topics -------------------------------------------------------------------------------------
 
-INSTANCE_TOPIC_KINDS = ("outbound", "inbound", "delayed", "choices", "requests", "dropped", "deadletter")
+INSTANCE_TOPIC_KINDS = (
+    "outbound",
+    "inbound",
+    "delayed",
+    "choices",
+    "requests",
+    "dropped",
+    "deadletter",
+    "redrives",
+)
 """The last part of each topic of an instance's own (`{prefix}.{instance}.{kind}`)."""
 QUEUE_PART = "queue"
 """The part that names a local service's queue: `{prefix}.{instance}.queue.{database}.{service}`."""

@@ -15,9 +15,11 @@ tested against it.
     {prefix}.{instance}.requests             compacted: MissingRoute requests sent and ended (B4)
     {prefix}.{instance}.dropped              dropped and discarded messages with their reason
     {prefix}.{instance}.deadletter           records that could not be decoded, with the error
+    {prefix}.{instance}.redrives             compacted: how often `router redrive` sent each message back
 
 and one consumer group per instance, `{prefix}.{instance}.router`: the offsets its router has read
-up to (`streaming.kafka.progress_group`), for Kafka's tools to show its lag.
+up to (`streaming.kafka.progress_group`), for Kafka's tools to show its lag; `router redrive`
+reads with a group of its own, `{prefix}.{instance}.redrive`.
 
 A message sent or forwarded to the address of a known instance goes to that instance's inbound topic.
 
@@ -179,6 +181,16 @@ def deadletter_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
 def router_group(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
     """The consumer group the instance's router writes its progress to (`streaming.kafka.progress_group`)."""
     return _topic(prefix, escape(instance), "router")
+
+
+def redrives_topic(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """How many times `router redrive` sent each of the instance's messages back (compacted, by id)."""
+    return _topic(prefix, escape(instance), "redrives")
+
+
+def redrive_group(instance: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """The group `router redrive` commits its progress to, with what it writes (`streaming.redrive`)."""
+    return _topic(prefix, escape(instance), "redrive")
 
 
 _ESCAPED = re.compile(r"(?:[A-Za-z0-9]|-[0-9a-f]{2})+")

@@ -20,10 +20,12 @@ from contextlib import contextmanager
 
 LIBRDKAFKA_LOGGER = "streaming.kafka.librdkafka"
 
-_WAITED_OUT = ("Coordinator load in progress",)
+_WAITED_OUT = ("Coordinator load in progress", "another concurrent operation on the same transaction")
 """Words of librdkafka's lines about a state the client waits out by itself, retrying: a broker
 started a moment ago still loads its coordinators when an idempotent producer asks it for its
-producer id. Should the state last, the client's own request fails, with an error the caller reports."""
+producer id; a transactional producer asks for it while the broker still aborts the transaction a
+killed predecessor left open (`router redrive` run again). Should the state last, the client's own
+request fails, with an error the caller reports."""
 
 _UNREACHABLE = (
     "Connection refused",

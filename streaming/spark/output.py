@@ -16,6 +16,10 @@ The destination topic is the decision's (`d_topic`, `streaming.spark.decision`),
 network address's topic, the delayed or the dropped topic. A destination the router could not
 create (`Destinations.unavailable`) sends its messages to the dropped topic with the reason
 `destination_unavailable` and the broker's error.
+A dropped (or discarded) message also carries `source_topic`, the input topic it was read from
+(outbound, inbound, or delayed for one released from the delay), as a dead letter does: the
+decision's `scope` cannot tell (msdb is also the scope of an outbound message that loops back,
+S5), and `router redrive` sends the message back to that input.
 A message is written as it arrived, byte for byte, unless its decision changes it: a forwarded one
 carries one hop less (F3), a delayed one one attempt more.
 """
@@ -46,6 +50,10 @@ HOME_COLUMN = "home_instance"
 
 HEADER_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 RECORD_FIELDS = ("key", "value", "topic", "headers")
+SOURCE_TOPIC_HEADER = "source_topic"
+"""The input topic a dropped message or a dead letter was read from, after the decision's headers."""
+
+
 @dataclass(frozen=True)
 class Destinations:
     """Where a batch's records go: the instances' topics, and the destinations it cannot write."""
@@ -138,13 +146,18 @@ def output_records(decided: DataFrame, d: Destinations) -> DataFrame:
         )
         topic = F.when(refused, t.topic_for(topics.dropped_topic)).otherwise(topic)
         message_headers = F.when(refused, refused_headers).otherwise(message_headers)
-    message = _record(F.col("conversation_id"), _message_value(), topic, message_headers)
     home = F.col(HOME_COLUMN)
     source_topic = (
         F.when(F.col("source") == SOURCE_DELAYED, t.topic_for(topics.delayed_topic, home))
         .when(F.col("source") == SOURCE_INBOUND, t.topic_for(topics.inbound_topic, home))
         .otherwise(t.topic_for(topics.outbound_topic, home))
     )
+    # Only on what the dropped topic gets: a when, not a header made for every row.
+    message_headers = F.when(
+        outcome.isin("dropped", "discarded"),
+        F.concat(message_headers, headers([(SOURCE_TOPIC_HEADER, source_topic)])),
+    ).otherwise(message_headers)
+    message = _record(F.col("conversation_id"), _message_value(), topic, message_headers)
     dead_letter = _record(
         F.lit(None),
         F.col("value"),
@@ -152,7 +165,7 @@ def output_records(decided: DataFrame, d: Destinations) -> DataFrame:
         headers(
             [
                 ("error", F.col("error")),
-                ("source_topic", source_topic),
+                (SOURCE_TOPIC_HEADER, source_topic),
                 ("source_partition", F.col("partition")),
                 ("source_offset", F.col("offset")),
                 ("decided_at", decided_at),

@@ -175,9 +175,19 @@ def kafka_options(settings: Settings) -> dict[str, str]:
     return {**settings.kafka.spark_options(), **settings.kafka_options}
 
 
+READ_COMMITTED = {"kafka.isolation.level": "read_committed"}
+"""The query reads only committed records (Java's consumers read uncommitted ones by default).
+
+`router redrive` writes into the input topics in transactions: the records of one it aborts, or
+of one killed midway, stay in the log, and a read_uncommitted reader would route them, twice once
+the redrive is run again. Spark's offset reader takes the same option, so the query's latest
+offsets stop at the last stable offset (an unfinished transaction holds a partition there until it
+ends, `transaction.timeout.ms` at most). `kafka_options` may not change it."""
+
+
 def read_options(settings: Settings) -> dict[str, str]:
-    """Options for the query's Kafka sources: `kafka_options` over `CONSUMER_DEFAULTS`."""
-    return {**CONSUMER_DEFAULTS, **kafka_options(settings)}
+    """Options for the query's Kafka sources: `kafka_options` over `CONSUMER_DEFAULTS`, read_committed."""
+    return {**CONSUMER_DEFAULTS, **kafka_options(settings), **READ_COMMITTED}
 
 
 def write_options(settings: Settings) -> dict[str, str]:

@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 
 from streaming.kafka.connection import KafkaConnection
 from streaming.spark.decision import DecisionInputs, decide, in_batch_order
-from streaming.spark.sources import CONSUMER_DEFAULTS, Topology, decode, register_functions
+from streaming.spark.sources import CONSUMER_DEFAULTS, READ_COMMITTED, Topology, decode, register_functions
 from streaming.spark.state import CHOICE_VALUE
 from streaming.whatif import (
     Fate,
@@ -70,8 +70,9 @@ _CARRIED = (
 
 
 def read_options(kafka: KafkaConnection) -> dict[str, str]:
-    """The Kafka source's options: the connection every client uses (`spark_options`), then the tuning."""
-    return {**CONSUMER_DEFAULTS, **kafka.spark_options()}
+    """The Kafka source's options: the connection every client uses (`spark_options`), the tuning, and
+    `read_committed`, as the job reads (an aborted redrive's records are no traffic)."""
+    return {**CONSUMER_DEFAULTS, **kafka.spark_options(), **READ_COMMITTED}
 
 
 def kafka_range(

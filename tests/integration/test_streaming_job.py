@@ -189,6 +189,29 @@ def test_routes_each_message_to_its_destination_with_decision_headers(
     assert [(h["outcome"], h["reason"], h["scope"]) for h, _ in dropped] == [
         ("dropped", "service_not_found", "msdb")
     ]
+    # After the decision's headers, the input it was read from (`router redrive` sends it back there).
+    assert list(dropped[0][0])[-1] == "source_topic"
+    assert dropped[0][0]["source_topic"] == topics.inbound_topic("i1", prefix)
+
+
+def test_an_aborted_transaction_in_the_input_is_not_routed(spark, kafka_bootstrap, prefix, tmp_path):
+    """The query reads committed records only (`READ_COMMITTED`): what `router redrive` aborts, or
+    leaves unfinished when it is killed, is never routed."""
+    outbound = topics.outbound_topic("i1", prefix)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"t-{uuid.uuid4()}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(outbound, key=b"aborted", value=message("aborted", "Audit"))
+    producer.flush(30)
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce(outbound, key=b"committed", value=message("committed", "Audit"))
+    producer.commit_transaction(30)
+    produce(kafka_bootstrap, outbound, [("plain", message("plain", "Audit"))])
+    job = replay(spark, kafka_bootstrap, prefix, tmp_path)
+    delivered = read_all(kafka_bootstrap, topics.queue_topic("i1", "AW", "Audit", prefix))
+    assert sorted(decode_message(v)["conversation_id"] for _, v in delivered) == ["committed", "plain"]
+    assert job.routed == 2
 
 
 def test_malformed_records_are_dead_lettered_and_the_query_goes_on(spark, kafka_bootstrap, prefix, tmp_path):
@@ -630,6 +653,7 @@ def test_a_destination_the_broker_refuses_costs_only_its_own_messages(
     dropped = read_all(kafka_bootstrap, topics.dropped_topic("i1", prefix))
     assert sorted(decode_message(v)["conversation_id"] for _, v in dropped) == ["c1", "c3"]
     assert {(h["reason"], h["destination"]) for h, _ in dropped} == {("destination_unavailable", refused)}
+    assert {h["source_topic"] for h, _ in dropped} == {topics.outbound_topic("i1", prefix)}
     assert all("collides" in h["error"] for h, _ in dropped), [h["error"] for h, _ in dropped]
     sent = read_all(kafka_bootstrap, topics.inbound_topic("i2", prefix))
     assert [decode_message(v)["conversation_id"] for _, v in sent] == ["c2"]

@@ -115,3 +115,10 @@ def test_connection_settings_in_spark_only_options_are_refused(tmp_path: Path) -
     path.write_text("instance: i1\nkafka_options:\n  kafka.security.protocol: SASL_SSL\n")
     with pytest.raises(ConfigError, match="connection settings, which every client needs"):
         load_settings(path)
+
+
+def test_the_job_reads_committed_records_whatever_kafka_options_say(tmp_path: Path) -> None:
+    # router redrive writes into the inputs in transactions: an aborted one's records must not be routed.
+    path = tmp_path / "router.yaml"
+    path.write_text("instance: i1\nkafka_options:\n  kafka.isolation.level: read_uncommitted\n")
+    assert read_options(load_settings(path))["kafka.isolation.level"] == "read_committed"

@@ -26,7 +26,7 @@ LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 LEGAL_PREFIX = re.compile(r"[a-zA-Z0-9._-]{1,150}")
 LONGEST_PREFIX = "p" * topics.MAX_PREFIX
 PREFIXES = (topics.DEFAULT_PREFIX, "r", "acme-prod.router", "a_b", "-", "..", LONGEST_PREFIX)
-PER_INSTANCE = ("outbound", "inbound", "delayed", "choices", "requests", "dropped", "deadletter")
+PER_INSTANCE = ("outbound", "inbound", "delayed", "choices", "requests", "dropped", "deadletter", "redrives")
 FIXED = ("routes", "catalogs", "mirrors")
 
 # Names as users write them (any Unicode, control characters, very long ones), plus short ones built
@@ -62,6 +62,7 @@ MAKE: dict[str, Callable[..., str]] = {
     "requests": topics.requests_topic,
     "dropped": topics.dropped_topic,
     "deadletter": topics.deadletter_topic,
+    "redrives": topics.redrives_topic,
     "queue": topics.queue_topic,
     "net": topics.network_topic,
 }

@@ -143,7 +143,7 @@ public final class Contract {
 
   /** The last part of each topic of an instance's own ({prefix}.{instance}.{kind}). */
   public static final String[] INSTANCE_TOPIC_KINDS = {
-    "outbound", "inbound", "delayed", "choices", "requests", "dropped", "deadletter"
+    "outbound", "inbound", "delayed", "choices", "requests", "dropped", "deadletter", "redrives"
   };
 
   /**
