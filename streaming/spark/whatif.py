@@ -70,8 +70,9 @@ _CARRIED = (
 
 
 def read_options(kafka: KafkaConnection) -> dict[str, str]:
-    """The Kafka source's options: the connection every client uses (`spark_options`), the tuning, and
-    `read_committed`, as the job reads (an aborted redrive's records are no traffic).
+    """The Kafka source's options: the connection every client uses, the tuning, and read_committed.
+
+    As the job reads (`streaming.spark.sources.read_options`): an aborted redrive's records are no traffic.
     """
     return {**CONSUMER_DEFAULTS, **kafka.spark_options(), **READ_COMMITTED}
 
