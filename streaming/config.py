@@ -70,7 +70,7 @@ medians 12,500-14,200 msg/s with 2, 15,000 with 4, 11,800-17,400 with 8, 10,400 
 micro-batch of 100 messages, the trickle a 1 s trigger sees, took 0.78-1.06x as long with 4 as
 with 2 in the same round, and 0.9-5.1x (median 2.0x, up to 1.1 s more) with 8: every partition's
 state store is opened and committed in every batch. More partitions for a bigger cluster are set
-at a checkpoint's first start (README, 'Changing the number of state partitions').
+at a checkpoint's first start (docs/topics.md, 'Changing the number of state partitions').
 """
 _KNOWN = {
     "instance",

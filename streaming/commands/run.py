@@ -56,7 +56,7 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         "--start-after",
         metavar="DIR",
         help="a new checkpoint starts reading where the drained router of checkpoint_dir DIR stopped, "
-        "instead of at the topics' first records (to change the number of state partitions: README)",
+        "instead of at the topics' first records (to change the number of state partitions: docs/topics.md)",
     )
     add_metrics_arguments(parser, "the router", from_settings=True)
     parser.add_argument(

@@ -84,7 +84,7 @@ SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 STATE_PARTITIONS = "spark.sql.streaming.internal.stateStore.partitions"
 """Where Spark 4.1's offset log keeps the state partitions apart from the shuffles' (SPARK-53942)."""
 
-CHANGING_PARTITIONS = "README.md, 'Changing the number of state partitions'"
+CHANGING_PARTITIONS = "docs/topics.md, 'Changing the number of state partitions'"
 """Where a user reads how to move a router to another number of state partitions."""
 
 

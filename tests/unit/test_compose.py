@@ -1,6 +1,6 @@
-"""docker-compose.yml and the Dockerfile agree with the README and with `router kafka start`.
+"""docker-compose.yml and the Dockerfile agree with docs/deployment.md and with `router kafka start`.
 
-No Docker engine runs these tests: they read the files. The README says: the broker answers on
+No Docker engine runs these tests: they read the files. docs/deployment.md says: the broker answers on
 127.0.0.1:19092 (the same address as the embedded broker), Spark's master on 7077 with its UI on
 8080, the worker's UI on 8081, the job's Spark UI on 4040, all published on 127.0.0.1 only; the
 Spark images run the same Spark version as the pyspark that pyproject.toml pins.
@@ -30,7 +30,7 @@ def pinned_pyspark() -> str:
 
 
 SPARK_IMAGE = re.compile(rf"apache/spark:{re.escape(pinned_pyspark())}(-[a-z0-9.-]+)?")
-# service -> the host ports the README documents for it
+# service -> the host ports docs/deployment.md documents for it
 DOCUMENTED_PORTS = {"kafka": {19092}, "spark-master": {7077, 8080}, "spark-worker": {8081}, "router": {4040}}
 
 

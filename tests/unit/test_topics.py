@@ -66,7 +66,7 @@ MAKE: dict[str, Callable[..., str]] = {
     "queue": topics.queue_topic,
     "net": topics.network_topic,
 }
-# The names as earlier versions laid them out (the README's table), before any cut of the whole.
+# The names as earlier versions laid them out (the table of docs/topics.md), before any cut of the whole.
 LAYOUT = {
     **{kind: "{p}." + kind for kind in FIXED},
     **{kind: "{p}.{0}." + kind for kind in PER_INSTANCE},
@@ -156,7 +156,7 @@ def test_escaped_part_is_legal_and_short(part: str) -> None:
 @example(("queue", "i" * 300, "d" * 300, "s" * 300), LONGEST_PREFIX)
 @example(("deadletter", "é" * 300), LONGEST_PREFIX)
 @example(("net", "/" * 300), LONGEST_PREFIX)
-@example(("queue", "i", "d" * 101, "s"), "p" * 120)  # the README's 251 characters, before the cut
+@example(("queue", "i", "d" * 101, "s"), "p" * 120)  # a laid-out name of 251 characters, before the cut
 def test_every_topic_name_is_legal(destination: Destination, prefix: str) -> None:
     topic = topic_of(destination, prefix)
     assert LEGAL_TOPIC.fullmatch(topic), topic

@@ -1,7 +1,7 @@
-"""The README's Python examples use the endpoint API as it is: every call and keyword exists.
+"""docs/conversations.md's Python examples use the endpoint API as it is: every call and keyword exists.
 
 They run against a broker and a router (as the integration tests of `streaming.endpoint` do); here
-they are only read, so that a renamed method or argument cannot leave the README behind.
+they are only read, so that a renamed method or argument cannot leave the document behind.
 """
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ from pathlib import Path
 
 from streaming.endpoint import Dialog, Endpoint, Received
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "conversations.md"
 _BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 
 def python_blocks() -> list[ast.Module]:
-    return [ast.parse(block) for block in _BLOCK.findall(README.read_text(encoding="utf-8"))]
+    return [ast.parse(block) for block in _BLOCK.findall(DOCUMENT.read_text(encoding="utf-8"))]
 
 
-def test_the_readme_shows_a_service_of_about_ten_lines() -> None:
-    blocks = _BLOCK.findall(README.read_text(encoding="utf-8"))
-    assert blocks, "the README shows the endpoint examples"
+def test_the_document_shows_a_service_of_about_ten_lines() -> None:
+    blocks = _BLOCK.findall(DOCUMENT.read_text(encoding="utf-8"))
+    assert blocks, "docs/conversations.md shows the endpoint examples"
     service = blocks[0].strip().splitlines()
     assert len(service) <= 10, f"the service example has {len(service)} lines"
     for tree in python_blocks():  # each parses
