@@ -4,7 +4,8 @@
 durable memory (SQLite), `endpoint` the Kafka side (confluent-kafka and fastavro, no Spark).
 """
 
-from streaming.endpoint.endpoint import Dialog, Endpoint, EndpointCounts, Received
+from streaming.endpoint.endpoint import Dialog, Endpoint, Received
+from streaming.endpoint.metrics import EndpointCounts
 from streaming.endpoint.store import DialogClosed
 
 __all__ = ["Dialog", "DialogClosed", "Endpoint", "EndpointCounts", "Received"]

@@ -56,7 +56,7 @@ from confluent_kafka import Message as KafkaMessage
 from prometheus_client import CollectorRegistry
 
 from streaming import topics
-from streaming.endpoint.metrics import EndpointCollector
+from streaming.endpoint.metrics import EndpointCollector, EndpointCounts
 from streaming.endpoint.protocol import (
     ACKNOWLEDGEMENT,
     DEFAULT_MESSAGE_TYPE,
@@ -73,7 +73,7 @@ from streaming.endpoint.protocol import (
     parse_error_body,
     retry_wait_s,
 )
-from streaming.endpoint.store import AckDue, ArrivalCounts, DialogRow, DialogStore, Incoming, Pending, Side
+from streaming.endpoint.store import AckDue, DialogRow, DialogStore, Incoming, Pending, Side
 from streaming.errors import ConfigError, MalformedRecord
 from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
@@ -93,21 +93,6 @@ _MESSAGE_IDS = uuid.UUID("5b2f1c1e-8d0a-4f7e-9c55-0e4a7d3b6f21")
 _POLL_BATCH = 500
 _FORGET_EVERY_S = 60.0
 _RESERVED_TYPES = (END_DIALOG, ERROR, DIALOG_TIMER, ACKNOWLEDGEMENT)
-
-
-@dataclass
-class EndpointCounts(ArrivalCounts):
-    """What an endpoint did since it started (for logs, tests and its metrics), arrivals included."""
-
-    sent: int = 0
-    resent: int = 0
-    acks_sent: int = 0
-    acks_received: int = 0
-    """Acknowledgements that arrived (A1)."""
-    acked: int = 0
-    """Sent messages those acknowledgements freed."""
-    malformed: int = 0
-    expired: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """What an `Endpoint` tells Prometheus: its protocol's work (A1-A4, CL1, CL3) and what its store holds.
 
-The counters are the endpoint's own `EndpointCounts`, read at each scrape: there is no second set
+The counters are the endpoint's own `EndpointCounts` (defined here), read at each scrape: no second set
 that could disagree with them. The gauges are read from the store file at each scrape, through a
 read-only SQLite connection of the scrape's own (`streaming.endpoint.store.read_figures`): the
 endpoint's connection belongs to its thread, and in WAL mode a reader sees the last commit without
@@ -13,17 +13,30 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from streaming.endpoint.store import read_figures
+from streaming.endpoint.store import ArrivalCounts, read_figures
 from streaming.observe.services import LoopWatch
 
-if TYPE_CHECKING:
-    from streaming.endpoint.endpoint import EndpointCounts
+
+@dataclass
+class EndpointCounts(ArrivalCounts):
+    """What an endpoint did since it started (for logs, tests and its metrics), arrivals included."""
+
+    sent: int = 0
+    resent: int = 0
+    acks_sent: int = 0
+    acks_received: int = 0
+    """Acknowledgements that arrived (A1)."""
+    acked: int = 0
+    """Sent messages those acknowledgements freed."""
+    malformed: int = 0
+    expired: int = 0
+
 
 log = logging.getLogger("streaming.endpoint.metrics")
 
