@@ -14,11 +14,11 @@ RESULT = [
     "org.apache.spark.sql.catalyst.expressions.GeneratedClass$GeneratedIteratorForCodegenStage2.processNext",
 ]
 PULL = [
-    "router.rules.Decide$Scan.hasNext",
+    "router.spark.Decide$Scan.hasNext",
     "scala.collection.convert.JavaCollectionWrappers$IteratorWrapper.hasNext",
 ]
 STATE = ["org.apache.spark.sql.execution.streaming.TransformWithStateExec.processNewData"]
-STEP = ["router.state.RouterState$Step.handleInputRows", "router.state.RouterState$Step.step"]
+STEP = ["router.spark.RouterState$Step.handleInputRows", "router.spark.RouterState$Step.step"]
 
 
 @pytest.mark.parametrize(
@@ -29,10 +29,10 @@ STEP = ["router.state.RouterState$Step.handleInputRows", "router.state.RouterSta
         (TASK, [*MAP, "router.avro.TrailingBytes.call"], "decode"),
         (TASK, [*MAP, "org.apache.spark.sql.catalyst.expressions.JsonToStructs.nullSafeEval"], "choices"),
         (TASK, [*MAP, "org.apache.spark.shuffle.sort.BypassMergeSortShuffleWriter.write"], "shuffle"),
-        (TASK, [*RESULT, "router.rules.Decide$Scan.next", "router.rules.Decide$Scan.decide"], "decision"),
+        (TASK, [*RESULT, "router.spark.Decide$Scan.next", "router.spark.Decide$Scan.decide"], "decision"),
         (
             TASK,
-            [*RESULT, "router.rules.Decide$Scan.next", "router.rules.Headers.add", "java.util.Arrays.copyOf"],
+            [*RESULT, "router.spark.Decide$Scan.next", "router.spark.Headers.add", "java.util.Arrays.copyOf"],
             "decision",
         ),
         (TASK, [*RESULT, *PULL, *STATE, *STEP, "router.state.ConversationMemory.step"], "memory: processor"),
@@ -97,8 +97,8 @@ def test_a_sample_goes_to_the_step_its_stack_is_in(thread: str, frames: list[str
 def test_folded_stacks_add_up_by_step_and_the_pass_through_share_is_its_steps() -> None:
     folded = {
         f"{TASK}|{';'.join([*MAP, 'org.apache.spark.sql.kafka010.consumer.KafkaDataConsumer.get'])}": 3,
-        f"{TASK}|{';'.join([*RESULT, 'router.rules.Decide$Scan.decide'])}": 4,
-        f"{TASK}|{';'.join([*RESULT, 'router.rules.Decide$Scan.utf8'])}": 1,
+        f"{TASK}|{';'.join([*RESULT, 'router.spark.Decide$Scan.decide'])}": 4,
+        f"{TASK}|{';'.join([*RESULT, 'router.spark.Decide$Scan.utf8'])}": 1,
         "kafka-producer-network-thread | producer-3|org.apache.kafka.clients.NetworkClient.poll": 2,
         "Thread-3|": 10,
     }

@@ -1,4 +1,4 @@
-package router.rules;
+package router.spark;
 
 import java.io.Serializable;
 

@@ -1,9 +1,13 @@
-package router.rules;
+package router.spark;
 
 import org.apache.spark.sql.types.StructType;
+import router.rules.Message;
+import router.rules.PassMemory;
+import router.rules.Route;
+import router.rules.Snapshot;
 
 /**
- * The decision's pass as the state processor ({@code router.state.RouterState}) runs it over the
+ * The decision's pass as the state processor ({@link RouterState}) runs it over the
  * messages leaving it, when the batch is not decided in one pass ({@link Snapshot#inOnePass}): the
  * rows leave the processor straight into the decision, in the same task and the same order, so
  * both passes see the same messages with the same memory ({@link PassMemory}) and make the same

@@ -1,4 +1,4 @@
-package router.rules;
+package router.spark;
 
 import java.io.Serializable;
 import java.time.Instant;
@@ -23,6 +23,12 @@ import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
 import router.contract.Contract;
+import router.rules.Decision;
+import router.rules.ForwardBuffers;
+import router.rules.Message;
+import router.rules.PassMemory;
+import router.rules.Route;
+import router.rules.Snapshot;
 import scala.jdk.javaapi.CollectionConverters;
 import scala.reflect.ClassTag$;
 import scala.runtime.AbstractFunction1;

@@ -1,4 +1,4 @@
-package router.state;
+package router.spark;
 
 import java.util.ArrayList;
 import java.util.Collections;
@@ -22,10 +22,9 @@ import org.apache.spark.sql.streaming.ValueState;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
-import router.metrics.HeldCounts;
 import router.contract.Contract;
-import router.rules.DecisionInputs;
-import router.rules.PassState;
+import router.metrics.HeldCounts;
+import router.state.ConversationMemory;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
