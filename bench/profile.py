@@ -56,7 +56,7 @@ _TASK = "Executor task launch worker"
 _DRIVER = "stream execution thread"
 
 
-_PROCESSOR = ("router.state.", "router.spark.RouterState")
+_PROCESSOR = ("router.state.", "router.spark.ConversationState")
 """The state processor's frames: the conversation memory's rules and the Spark processor around them."""
 
 
@@ -92,7 +92,7 @@ def step_of(thread: str, frames: Sequence[str]) -> str:
     if rules:
         last = rules[-1]
         upstream = frames[last + 1 :]
-        pulls = frames[last].endswith(("Decide$Scan.hasNext", "Decide$Scan.next"))
+        pulls = frames[last].endswith(("DecisionPass$Scan.hasNext", "DecisionPass$Scan.next"))
         if not (pulls and upstream and "IteratorWrapper" in upstream[0]):
             return "decision"
         # The decision's pass asking for its next row: the rows out of the state processor.

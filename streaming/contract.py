@@ -99,7 +99,7 @@ DECISION_COLUMNS = (
     "d_decided_at",
     "d_headers",
 )
-"""What the decision adds to a row, in order (`router.spark.Decide`, `streaming.spark.decision`)."""
+"""What the decision adds to a row, in order (`router.spark.DecisionPass`, `streaming.spark.decision`)."""
 
 # --- the state processor's columns --------------------------------------------------------------
 

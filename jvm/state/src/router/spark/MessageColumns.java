@@ -14,7 +14,7 @@ import org.apache.spark.sql.types.StructType;
  * expires_ms} and {@code ttl_ms} as the message came, read at the batch's time ({@link
  * router.rules.Message#remainingS}). The index of the way not taken is -1.
  */
-class MessageFields implements Serializable {
+class MessageColumns implements Serializable {
   private static final long serialVersionUID = 1L;
   final int error;
   final int instance;
@@ -29,7 +29,7 @@ class MessageFields implements Serializable {
   final int expiresMs;
   final int ttlMs;
 
-  MessageFields(StructType s) {
+  MessageColumns(StructType s) {
     error = optional(s, "error");
     instance = s.fieldIndex("instance");
     conversation = s.fieldIndex("conversation_id");

@@ -7,18 +7,18 @@ import router.rules.Route;
 import router.rules.Snapshot;
 
 /**
- * The decision's pass as the state processor ({@link RouterState}) runs it over the
+ * The decision's pass as the state processor ({@link ConversationState}) runs it over the
  * messages leaving it, when the batch is not decided in one pass ({@link Snapshot#inOnePass}): the
  * rows leave the processor straight into the decision, in the same task and the same order, so
  * both passes see the same messages with the same memory ({@link PassMemory}) and make the same
  * choices. That lets the processor keep a conversation's new choice (K2) in its state at once
  * ({@link #choose}), instead of reading it back from the choices topic a batch later.
  */
-public final class PassState {
+public final class ProcessorPass {
   private final Snapshot snapshot;
   private final PassMemory memory;
 
-  private PassState(Snapshot snapshot, DecisionInputs inputs) {
+  private ProcessorPass(Snapshot snapshot, DecisionInputs inputs) {
     this.snapshot = snapshot;
     this.memory = new PassMemory(inputs.pending(), inputs.rotation());
   }
@@ -28,16 +28,16 @@ public final class PassState {
    * choices from them: no snapshot was set yet, or the batch is decided in one pass (B4's first
    * asker and the rotation of C5 and M3 then follow the whole batch's order, not the processor's).
    */
-  public static PassState forProcessor(DecisionInputs inputs) {
+  public static ProcessorPass forProcessor(DecisionInputs inputs) {
     Snapshot snapshot = inputs == null ? null : inputs.snapshotOrNull();
-    return snapshot == null || snapshot.inOnePass() ? null : new PassState(snapshot, inputs);
+    return snapshot == null || snapshot.inOnePass() ? null : new ProcessorPass(snapshot, inputs);
   }
 
   /** Where the columns the rules read are in a message as the state processor leaves it. */
-  public static final class Leaving extends MessageFields {
+  public static final class LeavingColumns extends MessageColumns {
     private static final long serialVersionUID = 1L;
 
-    private Leaving(StructType s) {
+    private LeavingColumns(StructType s) {
       super(s);
     }
 
@@ -45,9 +45,9 @@ public final class PassState {
      * The columns of {@code schema}, or null when it lacks one (the processor then decides
      * nothing). Its messages carry their lifetime as they came ({@code expires_ms}, {@code ttl_ms}).
      */
-    public static Leaving of(StructType schema) {
+    public static LeavingColumns of(StructType schema) {
       try {
-        Leaving f = new Leaving(schema);
+        LeavingColumns f = new LeavingColumns(schema);
         return f.expiresMs >= 0 ? f : null;
       } catch (IllegalArgumentException missing) {
         return null;
@@ -63,7 +63,7 @@ public final class PassState {
    * pass would give it a {@code k_change}; else null. A message that did not decode, or of an
    * instance the snapshot does not hold, is not decided.
    */
-  public String[] choose(Leaving f, Object[] v, long nowMs, boolean waits, String[] kept) {
+  public String[] choose(LeavingColumns f, Object[] v, long nowMs, boolean waits, String[] kept) {
     if (f.error >= 0 && v[f.error] != null) {
       return null;
     }

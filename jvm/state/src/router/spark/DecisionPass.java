@@ -74,7 +74,7 @@ import scala.runtime.AbstractFunction1;
  * and {@code d_headers}, when the snapshot names topics, the Kafka headers the decided message
  * leaves with ({@link Headers}; null on a row that is not decided).
  */
-public final class Decide {
+public final class DecisionPass {
   static final String[] COLUMNS = Contract.DECISION_COLUMNS;
   private static final int DECIDED_AT = column("d_decided_at");
   private static final int HEADERS = column("d_headers");
@@ -87,7 +87,7 @@ public final class Decide {
       DateTimeFormatter.ofPattern("yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").withZone(ZoneOffset.UTC);
   private static final int HOPS = column("d_hops_remaining");
 
-  private Decide() {}
+  private DecisionPass() {}
 
   /** {@code snapshot} broadcast to the tasks, once per route snapshot. */
   public static Broadcast<Snapshot> broadcast(org.apache.spark.sql.SparkSession spark, Snapshot snapshot) {
@@ -128,14 +128,14 @@ public final class Decide {
         rows.queryExecution()
             .toRdd()
             .mapPartitions(
-                new Pass(input, inputs, rows.queryExecution().toRdd().getNumPartitions()),
+                new PartitionFunction(input, inputs, rows.queryExecution().toRdd().getNumPartitions()),
                 true,
                 ClassTag$.MODULE$.apply(InternalRow.class));
     return spark.internalCreateDataFrame(decided, output, false);
   }
 
   /** Where the columns the rules read are in the input. */
-  static final class Columns extends MessageFields {
+  static final class Columns extends MessageColumns {
     private static final long serialVersionUID = 1L;
     final int keptBroker;
     final int keptService;
@@ -157,7 +157,7 @@ public final class Decide {
   }
 
   /** What each partition runs (serializable: Spark ships it to the executors). */
-  static final class Pass
+  static final class PartitionFunction
       extends AbstractFunction1<scala.collection.Iterator<InternalRow>, scala.collection.Iterator<InternalRow>>
       implements Serializable {
     private static final long serialVersionUID = 1L;
@@ -165,7 +165,7 @@ public final class Decide {
     private final DecisionInputs inputs;
     private final int partitions;
 
-    Pass(StructType input, DecisionInputs inputs, int partitions) {
+    PartitionFunction(StructType input, DecisionInputs inputs, int partitions) {
       this.columns = new Columns(input);
       this.inputs = inputs;
       this.partitions = Math.max(1, partitions);
@@ -254,7 +254,7 @@ public final class Decide {
       return joined.apply(row, decision);
     }
 
-    /** F3: the seconds the message in {@code row} has left to live ({@link MessageFields}). */
+    /** F3: the seconds the message in {@code row} has left to live ({@link MessageColumns}). */
     private Double ttlS(InternalRow row) {
       if (c.ttlS >= 0) {
         return row.isNullAt(c.ttlS) ? null : row.getDouble(c.ttlS);
