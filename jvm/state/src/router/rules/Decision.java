@@ -11,8 +11,8 @@ public final class Decision {
   public static final String SEND = Contract.OUTCOME_SEND;
   public static final String FORWARD = Contract.OUTCOME_FORWARD;
   public static final String DELAYED = Contract.OUTCOME_DELAYED;
-  public static final String DROPPED = Contract.OUTCOME_DROPPED;
-  public static final String DISCARDED = Contract.OUTCOME_DISCARDED;
+  static final String DROPPED = Contract.OUTCOME_DROPPED;
+  static final String DISCARDED = Contract.OUTCOME_DISCARDED;
 
   String outcome;
   String database;
