@@ -38,10 +38,10 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("decode", "Avro decoding and the columns the rules read"),
     ("choices", "choice records read back (JSON)"),
     ("shuffle", "the rest of the map stage: the shuffle write to the state processor"),
-    ("memory: processor", "the conversation memory's rules (router.state)"),
+    ("memory: processor", "the conversation memory's rules (router.state) in the state processor"),
     ("memory: state store", "the state store (RocksDB) and Spark's stateful operator"),
     ("memory: rows", "rows into and out of the processor: shuffle read, sort, encoders, projections"),
-    ("decision", "the decision's pass (router.rules) and its headers"),
+    ("decision", "the decision's pass (router.rules and its Spark adapter) and its headers"),
     ("output", "the output records (SQL: message, dead letter, choice, request) and their metrics"),
     ("producer", "the Kafka producer (Spark's writer and the client), I/O thread included"),
     ("driver", "the driver: planning each micro-batch, offsets, checkpoint, commits"),
@@ -54,6 +54,17 @@ PASS_THROUGH_STEPS = ("read", "decode", "producer")
 
 _TASK = "Executor task launch worker"
 _DRIVER = "stream execution thread"
+
+
+_PROCESSOR = ("router.state.", "router.spark.ConversationState")
+"""The state processor's frames: the conversation memory's rules and the Spark processor around them."""
+
+
+def _deciding(frame: str) -> bool:
+    """A frame of the decision: the pure rules, or a Spark adapter of theirs other than the processor."""
+    return frame.startswith("router.rules.") or (
+        frame.startswith("router.spark.") and not frame.startswith(_PROCESSOR)
+    )
 
 
 def _any(frames: Sequence[str], pattern: str) -> bool:
@@ -77,17 +88,17 @@ def step_of(thread: str, frames: Sequence[str]) -> str:
         if _any(frames, r"JsonToStructs|jackson"):
             return "choices"
         return "shuffle"
-    rules = [i for i, f in enumerate(frames) if f.startswith("router.rules.")]
+    rules = [i for i, f in enumerate(frames) if _deciding(f)]
     if rules:
         last = rules[-1]
         upstream = frames[last + 1 :]
-        pulls = frames[last].endswith(("Decide$Scan.hasNext", "Decide$Scan.next"))
+        pulls = frames[last].endswith(("DecisionPass$Scan.hasNext", "DecisionPass$Scan.next"))
         if not (pulls and upstream and "IteratorWrapper" in upstream[0]):
             return "decision"
         # The decision's pass asking for its next row: the rows out of the state processor.
         if _any(upstream, r"RocksDB|rocksdb"):
             return "memory: state store"
-        if _any(upstream, r"^router\.state\."):
+        if any(f.startswith(_PROCESSOR) for f in upstream):
             if _any(upstream, r"SafeProjection|ExpressionEncoder|ObjectOperator|RowFactory|GenericRow"):
                 return "memory: rows"
             return "memory: processor"

@@ -2,8 +2,9 @@
 
 A decision crosses between Python and the JVM: Python builds the snapshot and the query, the JVM
 decides each row (`router.rules`), keeps the conversation memory (`router.state`) and names the
-destination topics (`router.naming`), and Python reads the result back (the headers of a written
-record, the decision's columns, the state's rows). Both halves must use the same words for it:
+destination topics (`router.naming`), its Spark adapters (`router.spark`) moving the rows in and
+out, and Python reads the result back (the headers of a written record, the decision's columns,
+the state's rows). Both halves must use the same words for it:
 
 * the outcomes and the reasons of a decision (docs/rules.md, "The decision");
 * the steps a decision names in its `match_step` and `choice_step` headers;
@@ -98,7 +99,7 @@ DECISION_COLUMNS = (
     "d_decided_at",
     "d_headers",
 )
-"""What the decision adds to a row, in order (`router.rules.Decide`, `streaming.spark.decision`)."""
+"""What the decision adds to a row, in order (`router.spark.DecisionPass`, `streaming.spark.decision`)."""
 
 # --- the state processor's columns --------------------------------------------------------------
 

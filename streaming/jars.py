@@ -98,7 +98,7 @@ def spark_connector_jars() -> list[Path]:
 
 
 def router_state_jar() -> Path:
-    """Return the jar of the router's own JVM classes (`router.state.RouterState`, the router's state)."""
+    """Return the jar of the router's own JVM classes (`router.rules`, `router.spark`, ...)."""
     return _cached_jars("router", "router state processor")[0]
 
 

@@ -49,7 +49,7 @@ def buffer_full(in_flight: int, message: Message, instance: Instance) -> bool:
     What a micro-batch forwards is in flight together, from its decision until its write is done:
     `in_flight` holds the bytes of the batch's messages forwarded before this one (its arrival
     order). The streaming job writes a batch's partitions side by side, each with an equal share
-    of the budget (`router.rules.Decide`), so that their sum stays within it.
+    of the budget (`router.spark.DecisionPass`), so that their sum stays within it.
     """
     return in_flight + message.size_bytes > instance.forward_size_mb * BYTES_PER_MB
 

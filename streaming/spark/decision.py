@@ -12,7 +12,7 @@ takes a hash lookup or two per message and plans in milliseconds.
   and the mirror roles of every instance a query routes go to the JVM as one JSON document, where
   `router.rules.Snapshot` groups them by matching key (M1-M3 by service and broker instance, M5's
   wildcards) with each candidate set deduplicated and split into tiers (C0-C4), and broadcasts it.
-* `decide` (per batch): `router.rules.Decide` passes over each partition's rows in order and adds
+* `decide` (per batch): `router.spark.DecisionPass` passes over each partition's rows in order and adds
   the decision columns (`DECISION_COLUMNS`), with the batch semantics of `streaming.rules.batch`:
   D1 behind a delayed message of the endpoint, B4's first asker, K2 within the batch, and the
   rotation of C5 and M3 (`streaming.rules.choice.Rotation`), whose counters the driver keeps
@@ -44,7 +44,7 @@ DECISION_NEEDS = "the routing decision needs"
 # decision keeps (K2), or null; KEPT_COLUMNS, the identity the message's conversation kept, set by
 # the streaming job's state processor (`streaming.spark.state`); WAITING_COLUMN, set by the state:
 # the message's conversation endpoint has delayed messages waiting (D1); DECISION_COLUMNS, what
-# `decide` adds (`router.rules.Decide`). Of those, `k_change` is "first" when the conversation kept
+# `decide` adds (`router.spark.DecisionPass`). Of those, `k_change` is "first" when the conversation kept
 # no choice, "again" when it kept another (its route is gone), else null; `d_topic` is the topic the
 # message goes to when the snapshot was built with `TopicNaming`, else null; `d_snapshot` is the
 # version of the snapshot it was decided with; `d_decided_at` is the row's `batch_ms` as ISO-8601
@@ -208,7 +208,7 @@ def build_snapshot(
     active = [(key, r) for key, r in routes if r.is_active(now)]
     jvm = session_jvm(spark, DECISION_NEEDS)
     parsed = jvm.router.rules.Snapshot.parse(snapshot_json(instances, active, mirrors, topics, version))
-    broadcast = jvm.router.rules.Decide.broadcast(spark._jsparkSession, parsed)
+    broadcast = jvm.router.spark.DecisionPass.broadcast(spark._jsparkSession, parsed)
     return Snapshot(broadcast, _snapshot_flags(active, now, parsed), len(active), version, now)
 
 
@@ -221,11 +221,12 @@ class DecisionInputs:
 
     It decides with a snapshot, B4's outstanding requests and the rotation counters of C5 and M3.
     A plan built once keeps deciding with whatever was `set` last before each run (Spark ships the
-    pass's inputs with each job, `router.rules.DecisionInputs`): a route change does not plan again.
+    pass's inputs with each job, `router.spark.DecisionInputs`): a route change does not plan again.
     """
 
     def __init__(self, spark: SparkSession) -> None:
-        self._inputs = session_jvm(spark, DECISION_NEEDS).router.rules.Decide.inputs(spark._jsparkSession)
+        jvm = session_jvm(spark, DECISION_NEEDS)
+        self._inputs = jvm.router.spark.DecisionPass.inputs(spark._jsparkSession)
         self.snapshot: Snapshot | None = None
 
     def set(
@@ -245,7 +246,7 @@ class DecisionInputs:
 
     @property
     def jvm_inputs(self) -> Any:
-        """The JVM `router.rules.DecisionInputs` (the state processor holds it too)."""
+        """The JVM `router.spark.DecisionInputs` (the state processor holds it too)."""
         return self._inputs
 
     def advanced(self) -> dict[str, dict[str, int]]:
@@ -269,7 +270,7 @@ def decide(messages: DataFrame, inputs: DecisionInputs) -> DataFrame:
     (B4) or a set of equal options (C5, M3), `SnapshotFlags.in_one_pass`, the whole batch must be
     one partition in batch order (`in_batch_order`).
     """
-    out = session_jvm(messages.sparkSession, DECISION_NEEDS).router.rules.Decide.apply(
+    out = session_jvm(messages.sparkSession, DECISION_NEEDS).router.spark.DecisionPass.apply(
         messages._jdf, inputs._inputs
     )
     return DataFrame(out, messages.sparkSession)

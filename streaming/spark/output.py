@@ -3,7 +3,7 @@
 One decided row gives up to four records, made in one projection and written in one Kafka write:
 
 * its message, to its destination topic with the decision in its headers
-  (`streaming.contract.MESSAGE_HEADERS`, made by the decision's pass, `router.rules.Headers`); a
+  (`streaming.contract.MESSAGE_HEADERS`, made by the decision's pass, `router.spark.Headers`); a
   record that does not decode goes to the dead-letter topic instead, with its error;
 * the choice it made (K2), to the choices topic, when it is the first of its entry to choose in
   the batch and the state processor did not keep it itself (`streaming.spark.state`);

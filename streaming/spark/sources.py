@@ -345,7 +345,7 @@ def decode(records: DataFrame, topology: Topology, passed: tuple[str, ...] = ())
     source, then partition, then offset: delayed records first, then outbound, then inbound (a
     conversation's records share a partition: its id is the key). Its lifetime (F3) stays as it
     came, `expires_ms` or `ttl_ms`: the decision reads it at the batch's time
-    (`router.rules.MessageFields`).
+    (`router.spark.MessageColumns`).
     """
     t = topology
     source = (

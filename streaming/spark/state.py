@@ -2,7 +2,7 @@
 
 K2 (kept choices) and D1-D2 (delayed conversations) need to know what earlier micro-batches
 decided. Inside the streaming query, before `foreachBatch`, the JVM processor
-`router.state.RouterState` (jvm/state, compiled by `make setup`) runs as Spark's
+`router.spark.ConversationState` (jvm/state, compiled by `make setup`) runs as Spark's
 `transformWithState` keyed by (instance, conversation endpoint: the conversation and the side
 that sends, initiator or target, so that each side keeps its own order, D1); its state is in Spark's
 state store
@@ -19,7 +19,7 @@ and 6.60), within the runs' spread.
 
 A batch's choices (K2) mostly reach the memory at once: the rows leave the processor straight into
 the decision's pass, in the same task and order, so the processor runs the same pass over them
-(`router.rules.PassState`), learns which choice each conversation makes, and keeps it in its state
+(`router.spark.ProcessorPass`), learns which choice each conversation makes, and keeps it in its state
 with the batch's time as when it was chosen. Only a batch decided in one pass (a route to the
 dynamic routing service, B4, or a set of equal options, C5 and M3: their order is the whole
 batch's, not a partition's) sends its choices round through Kafka: the choices topic (compacted;
@@ -173,7 +173,7 @@ def apply_state(
     jvm = session_jvm(spark, "the state processor needs")
     keep_ms, retry_ms = int(keep_s * 1000), int(retry_s * 1000)
     jinputs = inputs.jvm_inputs if inputs is not None else None
-    out = jvm.router.state.RouterState.apply(rows._jdf, keep_ms, retry_ms, jinputs, held)
+    out = jvm.router.spark.ConversationState.apply(rows._jdf, keep_ms, retry_ms, jinputs, held)
     return DataFrame(out, spark)
 
 

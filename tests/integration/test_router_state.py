@@ -1,4 +1,4 @@
-"""The router's state processor (`router.state.RouterState`, `streaming.spark.state`).
+"""The router's state processor (`router.spark.ConversationState`, `streaming.spark.state`).
 
 Each step below runs a streaming query (JSON file sources, Trigger.AvailableNow) on the same
 checkpoint, so every step is also a restart: what a row is given comes from Spark's state store

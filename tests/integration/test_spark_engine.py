@@ -496,7 +496,8 @@ def test_a_snapshot_travels_as_its_json_and_decides_alike_where_it_is_read(spark
     # What travels is the JSON (one string), not the parsed tables: its bytes and a short header.
     text = snapshot_json({"i1": instance}, routes)
     assert len(text.encode()) < len(data) < len(text.encode()) + 300, (len(data), len(text))
-    restored = replace(original, broadcast=jvm.router.rules.Decide.broadcast(spark._jsparkSession, copy))
+    broadcast = jvm.router.spark.DecisionPass.broadcast(spark._jsparkSession, copy)
+    restored = replace(original, broadcast=broadcast)
     schema = (
         "error string, instance string, conversation_id string, service string, origin string, "
         "bid string, from_target boolean, hops_remaining int, ttl_s double, size_bytes long, batch_ms long"

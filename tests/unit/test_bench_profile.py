@@ -13,12 +13,16 @@ RESULT = [
     "org.apache.spark.sql.kafka010.KafkaWriteTask.execute",
     "org.apache.spark.sql.catalyst.expressions.GeneratedClass$GeneratedIteratorForCodegenStage2.processNext",
 ]
+SCAN = "router.spark.DecisionPass$Scan"
+"""The decision's pass over a partition's rows."""
+PROCESSOR = "router.spark.ConversationState$Processor"
+"""The state processor Spark runs for each key."""
 PULL = [
-    "router.rules.Decide$Scan.hasNext",
+    f"{SCAN}.hasNext",
     "scala.collection.convert.JavaCollectionWrappers$IteratorWrapper.hasNext",
 ]
 STATE = ["org.apache.spark.sql.execution.streaming.TransformWithStateExec.processNewData"]
-STEP = ["router.state.RouterState$Step.handleInputRows", "router.state.RouterState$Step.step"]
+STEP = [f"{PROCESSOR}.handleInputRows", f"{PROCESSOR}.step"]
 
 
 @pytest.mark.parametrize(
@@ -29,10 +33,10 @@ STEP = ["router.state.RouterState$Step.handleInputRows", "router.state.RouterSta
         (TASK, [*MAP, "router.avro.TrailingBytes.call"], "decode"),
         (TASK, [*MAP, "org.apache.spark.sql.catalyst.expressions.JsonToStructs.nullSafeEval"], "choices"),
         (TASK, [*MAP, "org.apache.spark.shuffle.sort.BypassMergeSortShuffleWriter.write"], "shuffle"),
-        (TASK, [*RESULT, "router.rules.Decide$Scan.next", "router.rules.Decide$Scan.decide"], "decision"),
+        (TASK, [*RESULT, f"{SCAN}.next", f"{SCAN}.decide"], "decision"),
         (
             TASK,
-            [*RESULT, "router.rules.Decide$Scan.next", "router.rules.Headers.add", "java.util.Arrays.copyOf"],
+            [*RESULT, f"{SCAN}.next", "router.spark.Headers.add", "java.util.Arrays.copyOf"],
             "decision",
         ),
         (TASK, [*RESULT, *PULL, *STATE, *STEP, "router.state.ConversationMemory.step"], "memory: processor"),
@@ -97,8 +101,8 @@ def test_a_sample_goes_to_the_step_its_stack_is_in(thread: str, frames: list[str
 def test_folded_stacks_add_up_by_step_and_the_pass_through_share_is_its_steps() -> None:
     folded = {
         f"{TASK}|{';'.join([*MAP, 'org.apache.spark.sql.kafka010.consumer.KafkaDataConsumer.get'])}": 3,
-        f"{TASK}|{';'.join([*RESULT, 'router.rules.Decide$Scan.decide'])}": 4,
-        f"{TASK}|{';'.join([*RESULT, 'router.rules.Decide$Scan.utf8'])}": 1,
+        f"{TASK}|{';'.join([*RESULT, f'{SCAN}.decide'])}": 4,
+        f"{TASK}|{';'.join([*RESULT, f'{SCAN}.utf8'])}": 1,
         "kafka-producer-network-thread | producer-3|org.apache.kafka.clients.NetworkClient.poll": 2,
         "Thread-3|": 10,
     }

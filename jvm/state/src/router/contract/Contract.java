@@ -93,7 +93,10 @@ public final class Contract {
    */
   public static final String[] CHOICE_IDENTITY_COLUMNS = {"k_bid", "k_route_service", "k_address"};
 
-  /** What the decision adds to a row, in order (router.rules.Decide, streaming.spark.decision). */
+  /**
+   * What the decision adds to a row, in order (router.spark.DecisionPass,
+   * streaming.spark.decision).
+   */
   public static final String[] DECISION_COLUMNS = {
     "outcome", "d_database", "d_address", "d_route", "match_step", "choice_step", "reason",
     "requests", "d_hops_remaining", "d_scope", "k_bid", "k_route_service", "k_address", "k_change",

@@ -10,7 +10,7 @@ import router.contract.Contract;
  * The JVM twin of {@code streaming.topics}: the destination topic names the batch gives each
  * decided message, equal byte for byte to the Python ones (tested against them).
  *
- * <p>The decision ({@code router.rules.Decide}) names each message's destination with these, once
+ * <p>The decision ({@code router.spark.DecisionPass}) names each message's destination with these, once
  * per destination and pass (it keeps the names it made). The scheme itself (escaping, cut parts,
  * cut names) is documented in {@code streaming/topics.py}, its one home; its constants come from
  * the contract ({@link Contract}), and each function takes its arguments in the Python one's

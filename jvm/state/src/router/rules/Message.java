@@ -1,7 +1,7 @@
 package router.rules;
 
 /** A message as the rules read it, as {@code streaming.rules.model.Message} (K1). */
-final class Message {
+public final class Message {
   static final String REMOTE = "remote";
 
   final String conversationId;
@@ -16,7 +16,7 @@ final class Message {
   final Double timeToLiveS;
   final long sizeBytes;
 
-  Message(
+  public Message(
       String conversationId,
       String service,
       String origin,
@@ -48,5 +48,16 @@ final class Message {
   Message asIncoming() {
     return new Message(
         conversationId, service, REMOTE, brokerInstance, fromTarget, hopsRemaining, timeToLiveS, sizeBytes);
+  }
+
+  /**
+   * F3: the seconds a message has left to live at {@code nowMs}, from when it expires ({@code
+   * expiresMs}) or, without that, how long it lives ({@code ttlMs}); null when it has neither.
+   */
+  public static Double remainingS(Number expiresMs, Number ttlMs, long nowMs) {
+    if (expiresMs != null) {
+      return (expiresMs.longValue() - nowMs) / 1000.0;
+    }
+    return ttlMs == null ? null : ttlMs.longValue() / 1000.0;
   }
 }

@@ -14,7 +14,7 @@ import java.util.Map;
  * it (a set belongs to one routing table). A set of one option has none.
  *
  * <p>Counters come in and go out as {@code instance\0key\0next}: the pass starts from what the driver
- * set ({@link DecisionInputs}) and hands back those it advanced.
+ * set ({@code router.spark.DecisionInputs}) and hands back those it advanced.
  */
 final class Rotation {
   static final String OPTIONS = "\u001e";

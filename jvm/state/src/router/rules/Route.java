@@ -7,7 +7,7 @@ import java.util.Locale;
  * One active route of a routing table (R1), as {@code streaming.rules.model.Route}: a null service
  * or broker instance means any (R2, R3). The broker instance is in canonical form (R3).
  */
-final class Route implements Serializable {
+public final class Route implements Serializable {
   private static final long serialVersionUID = 1L;
 
   final String scope;
@@ -41,11 +41,11 @@ final class Route implements Serializable {
   }
 
   /** C0's identity of a route, and what a conversation keeps of its choice (K2). */
-  static final class Identity implements Serializable, Comparable<Identity> {
+  public static final class Identity implements Serializable, Comparable<Identity> {
     private static final long serialVersionUID = 1L;
-    final String brokerInstance;
-    final String service;
-    final String address;
+    public final String brokerInstance;
+    public final String service;
+    public final String address;
 
     Identity(String brokerInstance, String service, String address) {
       this.brokerInstance = brokerInstance;
@@ -57,7 +57,7 @@ final class Route implements Serializable {
      * K2: the identity a conversation kept, as its columns carry it (a null broker instance or
      * service stands for none, ""), or null when it kept none (no address).
      */
-    static Identity kept(String brokerInstance, String service, String address) {
+    public static Identity kept(String brokerInstance, String service, String address) {
       if (address == null) {
         return null;
       }

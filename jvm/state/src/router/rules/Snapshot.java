@@ -16,6 +16,7 @@ import java.util.function.Predicate;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import router.naming.TopicNames;
 
 /**
  * The route snapshot a micro-batch is decided against: for each instance a query routes, its
@@ -36,11 +37,11 @@ public final class Snapshot implements Serializable {
 
   private final Map<String, Site> sites;
   /** The topic prefix of the destination topics, or null when the snapshot names none. */
-  final String prefix;
+  private final String prefix;
   /** The inbound topic of every instance in the catalogs, by its normalized address. */
-  final Map<String, String> inbound;
+  private final Map<String, String> inbound;
   /** Which routes and roles it holds (the routes and mirrors topics' offsets), for the decisions' headers. */
-  final String version;
+  private final String version;
 
   /** The JSON it was parsed from: what it travels as ({@link #writeReplace}). */
   private final String json;
@@ -80,8 +81,40 @@ public final class Snapshot implements Serializable {
   }
 
   /** The instance a row names, or null when the snapshot holds none by that key. */
-  Site site(String instance) {
+  public Site site(String instance) {
     return instance == null ? null : sites.get(instance);
+  }
+
+  /** Which routes and roles it holds (the routes and mirrors topics' offsets). */
+  public String version() {
+    return version;
+  }
+
+  /** Whether it names the destination topics ({@link #topic}), that is has a topic prefix. */
+  public boolean namesTopics() {
+    return prefix != null;
+  }
+
+  /**
+   * The topic a message to {@code service} decided {@code d} at {@code site} goes to, when the
+   * snapshot {@link #namesTopics names topics} ({@code streaming.topics}' naming, by {@link
+   * TopicNames}): a local service's queue for {@code deliver}, the next hop's inbound or network
+   * topic for {@code send} and {@code forward}, the instance's delayed topic, else its dropped topic.
+   */
+  public String topic(Decision d, Site site, String service) {
+    switch (d.outcome) {
+      case Decision.DELIVER:
+        return TopicNames.queue(site.key, d.database, service, prefix);
+      case Decision.SEND:
+      case Decision.FORWARD:
+        String address = Text.normalizeAddress(d.address);
+        String known = inbound.get(address);
+        return known != null ? known : TopicNames.network(address, prefix);
+      case Decision.DELAYED:
+        return site.delayedTopic;
+      default:
+        return site.droppedTopic;
+    }
   }
 
   /** The snapshot of {@code json} (see the class comment for where it comes from). */
@@ -269,7 +302,7 @@ public final class Snapshot implements Serializable {
   }
 
   /** One instance: its catalog and endpoint settings, its routing tables, its mirror roles. */
-  static final class Site implements Serializable {
+  public static final class Site implements Serializable {
     private static final long serialVersionUID = 1L;
     final String key;
     /** S5: this instance's own address, normalized (R4). */
@@ -330,6 +363,16 @@ public final class Snapshot implements Serializable {
       this.droppedTopic = topics == null ? null : text(topics, "dropped");
       JsonNode retry = node.get("retry_ms");
       this.retryMs = retry == null ? 0L : retry.asLong();
+    }
+
+    /** The instance's key, as the rows name it. */
+    public String key() {
+      return key;
+    }
+
+    /** D2: how long a delayed conversation of this instance waits before it is routed again. */
+    public long retryMs() {
+      return retryMs;
     }
 
     Table table(String scope) {

@@ -16,9 +16,10 @@ import java.util.Set;
  * delayed messages (D1, D2).
  *
  * <p>This is the Java rendering of {@code streaming.rules.memory.Conversation} (the one
- * description of these rules), method for method, with no Spark in it: {@link RouterState} keeps
- * one per conversation in Spark's state store, and the tests replay generated event sequences
- * through both and compare ({@link #replayJson}). Times are milliseconds since the epoch.
+ * description of these rules), method for method, with no Spark in it: {@code
+ * router.spark.ConversationState} keeps one per conversation in Spark's state store, and the tests
+ * replay generated event sequences through both and compare ({@link #replayJson}). Times are
+ * milliseconds since the epoch.
  *
  * @param <M> a message, as the caller carries it (a Spark row in the job)
  */

@@ -1,4 +1,4 @@
-package router.rules;
+package router.spark;
 
 import java.io.Serializable;
 
@@ -12,9 +12,9 @@ import org.apache.spark.sql.types.StructType;
  * <p>F3's lifetime is read one of two ways: {@code ttl_s}, the seconds a message has left, from a
  * caller that knows them ({@code streaming.spark.decider}); or, without that column, {@code
  * expires_ms} and {@code ttl_ms} as the message came, read at the batch's time ({@link
- * #remainingS}). The index of the way not taken is -1.
+ * router.rules.Message#remainingS}). The index of the way not taken is -1.
  */
-class MessageFields implements Serializable {
+class MessageColumns implements Serializable {
   private static final long serialVersionUID = 1L;
   final int error;
   final int instance;
@@ -29,7 +29,7 @@ class MessageFields implements Serializable {
   final int expiresMs;
   final int ttlMs;
 
-  MessageFields(StructType s) {
+  MessageColumns(StructType s) {
     error = optional(s, "error");
     instance = s.fieldIndex("instance");
     conversation = s.fieldIndex("conversation_id");
@@ -42,17 +42,6 @@ class MessageFields implements Serializable {
     ttlS = optional(s, "ttl_s");
     expiresMs = ttlS >= 0 ? -1 : s.fieldIndex("expires_ms");
     ttlMs = ttlS >= 0 ? -1 : s.fieldIndex("ttl_ms");
-  }
-
-  /**
-   * F3: the seconds a message has left to live at {@code nowMs}, from when it expires ({@code
-   * expiresMs}) or, without that, how long it lives ({@code ttlMs}); null when it has neither.
-   */
-  static Double remainingS(Number expiresMs, Number ttlMs, long nowMs) {
-    if (expiresMs != null) {
-      return (expiresMs.longValue() - nowMs) / 1000.0;
-    }
-    return ttlMs == null ? null : ttlMs.longValue() / 1000.0;
   }
 
   /** The index of {@code name} in {@code s}, or -1 when it has no such column. */

@@ -1,4 +1,4 @@
-package router.rules;
+package router.spark;
 
 import java.io.Serializable;
 import java.time.Instant;
@@ -23,7 +23,12 @@ import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
 import router.contract.Contract;
-import router.naming.TopicNames;
+import router.rules.Decision;
+import router.rules.ForwardBuffers;
+import router.rules.Message;
+import router.rules.PassMemory;
+import router.rules.Route;
+import router.rules.Snapshot;
 import scala.jdk.javaapi.CollectionConverters;
 import scala.reflect.ClassTag$;
 import scala.runtime.AbstractFunction1;
@@ -43,10 +48,14 @@ import scala.runtime.AbstractFunction1;
  *   <li>F5: what a batch forwards is in flight together until its write is done; a message whose
  *       forwarding would push the pass's bytes over the instance's share of MESSAGE_FORWARD_SIZE is
  *       discarded ({@code forward_buffer_full}). The partitions of a batch are written side by
- *       side, so each pass has an equal share of the budget (the whole of it in one partition);
- *   <li>C5, M3: a pick among equal options takes the next in turn ({@link Rotation}), the counters
- *       running on from those the driver set; the pass hands back what it advanced.
+ *       side, so each pass has an equal share of the budget (the whole of it in one partition;
+ *       {@link ForwardBuffers});
+ *   <li>C5, M3: a pick among equal options takes the next in turn, the counters running on from
+ *       those the driver set; the pass hands back what it advanced.
  * </ul>
+ *
+ * <p>The rules are {@code router.rules}' ({@link PassMemory} carries D1, B4, K2, C5 and M3 from one
+ * message to the next); this class only moves rows in and out of them.
  *
  * <p>Each endpoint's rows must come in batch order within their partition (the state processor
  * lets them leave so); B4 across endpoints, and the rotation of C5 and M3 across conversations, need
@@ -59,16 +68,13 @@ import scala.runtime.AbstractFunction1;
  * {@code d_hops_remaining}, {@code d_scope}) and K2's ({@code k_bid}, {@code k_route_service},
  * {@code k_address}: the identity to keep; {@code k_change}: {@code first} when the conversation
  * kept none, {@code again} when it kept another); and {@code d_topic}, the topic the message goes
- * to, when the snapshot names topics ({@code streaming.topics}' naming, by {@link
- * router.naming.TopicNames}): a local service's queue for {@code deliver}, the next hop's inbound or
- * network topic for {@code send} and {@code forward}, the instance's delayed topic, else its
- * dropped topic; {@code d_snapshot}, the version of the route snapshot it was decided with; and
+ * to, when the snapshot names topics ({@link Snapshot#topic}); {@code d_snapshot}, the version of the route snapshot it was decided with; and
  * {@code d_decided_at}, on every row (a dead letter's too), the row's {@code batch_ms} as ISO-8601
  * UTC text ({@link #TIME_TEXT}; null without that column), made once per batch time, not per row;
  * and {@code d_headers}, when the snapshot names topics, the Kafka headers the decided message
  * leaves with ({@link Headers}; null on a row that is not decided).
  */
-public final class Decide {
+public final class DecisionPass {
   static final String[] COLUMNS = Contract.DECISION_COLUMNS;
   private static final int DECIDED_AT = column("d_decided_at");
   private static final int HEADERS = column("d_headers");
@@ -81,7 +87,7 @@ public final class Decide {
       DateTimeFormatter.ofPattern("yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").withZone(ZoneOffset.UTC);
   private static final int HOPS = column("d_hops_remaining");
 
-  private Decide() {}
+  private DecisionPass() {}
 
   /** {@code snapshot} broadcast to the tasks, once per route snapshot. */
   public static Broadcast<Snapshot> broadcast(org.apache.spark.sql.SparkSession spark, Snapshot snapshot) {
@@ -122,14 +128,14 @@ public final class Decide {
         rows.queryExecution()
             .toRdd()
             .mapPartitions(
-                new Pass(input, inputs, rows.queryExecution().toRdd().getNumPartitions()),
+                new PartitionFunction(input, inputs, rows.queryExecution().toRdd().getNumPartitions()),
                 true,
                 ClassTag$.MODULE$.apply(InternalRow.class));
     return spark.internalCreateDataFrame(decided, output, false);
   }
 
   /** Where the columns the rules read are in the input. */
-  static final class Columns extends MessageFields {
+  static final class Columns extends MessageColumns {
     private static final long serialVersionUID = 1L;
     final int keptBroker;
     final int keptService;
@@ -151,7 +157,7 @@ public final class Decide {
   }
 
   /** What each partition runs (serializable: Spark ships it to the executors). */
-  static final class Pass
+  static final class PartitionFunction
       extends AbstractFunction1<scala.collection.Iterator<InternalRow>, scala.collection.Iterator<InternalRow>>
       implements Serializable {
     private static final long serialVersionUID = 1L;
@@ -159,7 +165,7 @@ public final class Decide {
     private final DecisionInputs inputs;
     private final int partitions;
 
-    Pass(StructType input, DecisionInputs inputs, int partitions) {
+    PartitionFunction(StructType input, DecisionInputs inputs, int partitions) {
       this.columns = new Columns(input);
       this.inputs = inputs;
       this.partitions = Math.max(1, partitions);
@@ -197,13 +203,12 @@ public final class Decide {
     private final JoinedRow joined = new JoinedRow();
     private final GenericInternalRow decision = new GenericInternalRow(COLUMNS.length);
     /** D1, B4, K2, C5 and M3 from one message to the next. */
-    private final PassState pass;
+    private final PassMemory pass;
     /** Destination topics named in this pass, by instance, database and service or by address. */
     private final Map<String, UTF8String> topics = new HashMap<>();
     private final UTF8String version;
-    /** F5: bytes forwarded in this pass, by instance; and how many passes share a budget. */
-    private final Map<String, Long> inFlight = new HashMap<>();
-    private final int partitions;
+    /** F5: bytes forwarded in this pass, by instance. */
+    private final ForwardBuffers forwarded;
     private final DecisionInputs inputs;
     private boolean reported;
     /** The batch's time as text: every row of a batch has the same. */
@@ -213,12 +218,12 @@ public final class Decide {
 
     Scan(Iterator<InternalRow> rows, Columns columns, DecisionInputs inputs, int partitions) {
       this.rows = rows;
-      this.partitions = partitions;
       this.c = columns;
       this.inputs = inputs;
       this.snapshot = inputs.snapshot();
-      this.version = utf8(snapshot.version);
-      this.pass = new PassState(snapshot, inputs);
+      this.version = utf8(snapshot.version());
+      this.pass = new PassMemory(inputs.pending(), inputs.rotation());
+      this.forwarded = new ForwardBuffers(partitions);
     }
 
     @Override
@@ -226,7 +231,7 @@ public final class Decide {
       boolean more = rows.hasNext();
       if (!more && !reported) {
         reported = true;
-        inputs.report(pass.rotation.advanced());
+        inputs.report(pass.advanced());
       }
       return more;
     }
@@ -249,23 +254,23 @@ public final class Decide {
       return joined.apply(row, decision);
     }
 
-    /** F3: the seconds the message in {@code row} has left to live ({@link MessageFields}). */
+    /** F3: the seconds the message in {@code row} has left to live ({@link MessageColumns}). */
     private Double ttlS(InternalRow row) {
       if (c.ttlS >= 0) {
         return row.isNullAt(c.ttlS) ? null : row.getDouble(c.ttlS);
       }
-      return MessageFields.remainingS(
+      return Message.remainingS(
           row.isNullAt(c.expiresMs) ? null : row.getLong(c.expiresMs),
           row.isNullAt(c.ttlMs) ? null : row.getLong(c.ttlMs),
           row.getLong(c.batchMs));
     }
 
     private void decide(InternalRow row, Snapshot.Site site) {
-      String instance = site.key;
+      String service = string(row, c.service);
       Message m =
           new Message(
               string(row, c.conversation),
-              string(row, c.service),
+              service,
               string(row, c.origin),
               string(row, c.broker),
               !row.isNullAt(c.fromTarget) && row.getBoolean(c.fromTarget),
@@ -274,24 +279,17 @@ public final class Decide {
               row.getLong(c.size));
       boolean waits = c.waiting >= 0 && !row.isNullAt(c.waiting) && row.getBoolean(c.waiting);
       Decision d = pass.decide(site, m, waits, kept(row));
-      Route.Identity remembered = pass.before;
-      if (Decision.FORWARD.equals(d.outcome)) {
-        long before = inFlight.getOrDefault(instance, 0L);
-        if (before + m.sizeBytes > site.forwardBytes / partitions) {
-          Engine.discardForBuffer(d);
-        } else {
-          inFlight.put(instance, before + m.sizeBytes);
-        }
-      }
-      UTF8String outcome = utf8(d.outcome);
-      UTF8String route = utf8(d.route);
-      UTF8String matchStep = utf8(d.matchStep);
-      UTF8String choiceStep = utf8(d.choiceStep);
-      UTF8String reason = utf8(d.reason);
-      UTF8String database = utf8(d.database);
-      UTF8String address = utf8(d.address);
-      UTF8String requests = utf8(d.requests);
-      UTF8String scope = utf8(d.scope);
+      Route.Identity remembered = pass.before();
+      forwarded.take(site, m, d);
+      UTF8String outcome = utf8(d.outcome());
+      UTF8String route = utf8(d.route());
+      UTF8String matchStep = utf8(d.matchStep());
+      UTF8String choiceStep = utf8(d.choiceStep());
+      UTF8String reason = utf8(d.reason());
+      UTF8String database = utf8(d.database());
+      UTF8String address = utf8(d.address());
+      UTF8String requests = utf8(d.requests());
+      UTF8String scope = utf8(d.scope());
       decision.update(0, outcome);
       decision.update(1, database);
       decision.update(2, address);
@@ -300,25 +298,26 @@ public final class Decide {
       decision.update(5, choiceStep);
       decision.update(6, reason);
       decision.update(7, requests);
-      if (d.hopsRemaining != null) {
-        decision.setInt(HOPS, d.hopsRemaining);
+      if (d.hopsRemaining() != null) {
+        decision.setInt(HOPS, d.hopsRemaining());
       }
       decision.update(9, scope);
-      if (d.remembered != null) {
-        decision.update(10, utf8(d.remembered.brokerInstance));
-        decision.update(11, utf8(d.remembered.service));
-        decision.update(12, utf8(d.remembered.address));
+      Route.Identity keeps = d.remembered();
+      if (keeps != null) {
+        decision.update(10, utf8(keeps.brokerInstance));
+        decision.update(11, utf8(keeps.service));
+        decision.update(12, utf8(keeps.address));
         if (remembered == null) {
           decision.update(13, FIRST);
-        } else if (!remembered.equals(d.remembered)) {
+        } else if (!remembered.equals(keeps)) {
           decision.update(13, AGAIN);
         }
       }
       decision.update(15, version);
-      if (snapshot.prefix == null) {
+      if (!snapshot.namesTopics()) {
         return;
       }
-      decision.update(14, topic(d, site, m.service));
+      decision.update(14, topic(d, site, service));
       Headers h = new Headers();
       h.add(Headers.OUTCOME, outcome);
       h.add(Headers.ROUTE, route);
@@ -332,10 +331,10 @@ public final class Decide {
       h.add(Headers.SNAPSHOT_VERSION, version);
       h.add(Headers.DECIDED_AT, (UTF8String) decision.get(DECIDED_AT, DataTypes.StringType));
       h.add(Headers.ROUTER_INSTANCE, row.getUTF8String(c.instance));
-      if (Decision.DELAYED.equals(d.outcome)) {
+      if (Decision.DELAYED.equals(d.outcome())) {
         // D2: when it falls due; K2: the conversation's kept choice travels with it (read back).
         if (c.batchMs >= 0 && !row.isNullAt(c.batchMs)) {
-          h.add(Headers.DUE_AT, dueAt.of(row.getLong(c.batchMs) + site.retryMs));
+          h.add(Headers.DUE_AT, dueAt.of(row.getLong(c.batchMs) + site.retryMs()));
         }
         h.add(Headers.KEPT_BID, utf8At(row, c.keptBroker));
         h.add(Headers.KEPT_ROUTE_SERVICE, utf8At(row, c.keptService));
@@ -348,26 +347,18 @@ public final class Decide {
       return index < 0 || row.isNullAt(index) ? null : row.getUTF8String(index);
     }
 
-    /** The topic a decided message goes to (see the class comment). */
+    /** The topic a decided message goes to ({@link Snapshot#topic}), made into text once per pass. */
     private UTF8String topic(Decision d, Snapshot.Site site, String service) {
-      switch (d.outcome) {
+      switch (d.outcome()) {
         case Decision.DELIVER:
           return topics.computeIfAbsent(
-              "q\u0000" + site.key + "\u0000" + d.database + "\u0000" + service,
-              k -> utf8(TopicNames.queue(site.key, d.database, service, snapshot.prefix)));
+              "q\u0000" + site.key() + "\u0000" + d.database() + "\u0000" + service,
+              k -> utf8(snapshot.topic(d, site, service)));
         case Decision.SEND:
         case Decision.FORWARD:
-          return topics.computeIfAbsent(
-              "a\u0000" + d.address,
-              k -> {
-                String address = Text.normalizeAddress(d.address);
-                String known = snapshot.inbound.get(address);
-                return utf8(known != null ? known : TopicNames.network(address, snapshot.prefix));
-              });
-        case Decision.DELAYED:
-          return utf8(site.delayedTopic);
+          return topics.computeIfAbsent("a\u0000" + d.address(), k -> utf8(snapshot.topic(d, site, service)));
         default:
-          return utf8(site.droppedTopic);
+          return utf8(snapshot.topic(d, site, service));
       }
     }
 

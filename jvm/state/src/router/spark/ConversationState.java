@@ -1,4 +1,4 @@
-package router.state;
+package router.spark;
 
 import java.util.ArrayList;
 import java.util.Collections;
@@ -22,10 +22,9 @@ import org.apache.spark.sql.streaming.ValueState;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
-import router.metrics.HeldCounts;
 import router.contract.Contract;
-import router.rules.DecisionInputs;
-import router.rules.PassState;
+import router.metrics.HeldCounts;
+import router.state.ConversationMemory;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
@@ -57,10 +56,10 @@ import scala.jdk.javaapi.CollectionConverters;
  * code is the same from one batch to the next and compiled once).
  *
  * <p>K2 at once: given what the batch is decided with ({@link DecisionInputs}), the processor runs
- * the decision's own pass ({@link PassState}) over the messages as they leave, in the order the
+ * the decision's own pass ({@link ProcessorPass}) over the messages as they leave, in the order the
  * decision will read them in the same task, unless the batch is decided in one pass ({@link
- * PassState#forProcessor}). A message that is the first of its entry and makes a choice has it kept
- * here, chosen at the batch's time, as {@code streaming.scenario}'s timeline keeps it, and leaves
+ * ProcessorPass#forProcessor}). A message that is the first of its entry and makes a choice has it
+ * kept here, chosen at the batch's time, as {@code streaming.scenario}'s timeline keeps it, and leaves
  * with {@code first_of_entry} false: no record goes round the choices topic for it.
  *
  * <p>Each key with a memory has one timer, in processing time, at the instant its memory next
@@ -81,7 +80,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * JVM, alternating): the second and third batches took 2.19 s on average instead of 2.37 s, though
  * the spread of single batches (2.01-2.61 s) was as wide as the difference.
  */
-public final class RouterState {
+public final class ConversationState {
   public static final String KEY = Contract.STATE_KEY_COLUMN;
   public static final String KIND = Contract.STATE_KIND_COLUMN;
   public static final int MESSAGE = Contract.STATE_KIND_MESSAGE;
@@ -115,7 +114,7 @@ public final class RouterState {
           .add("address", DataTypes.StringType)
           .add("chosen_ms", DataTypes.LongType, false);
 
-  private RouterState() {}
+  private ConversationState() {}
 
   /** The output schema: the input's columns without the {@code c_} ones, then the memory's. */
   public static StructType outputSchema(StructType input) {
@@ -163,7 +162,7 @@ public final class RouterState {
 
   /**
    * Run the processor, keeping the choices its messages make at once (see the class comment) when
-   * {@code inputs}, what the batch is decided with, allows it ({@link PassState#forProcessor}).
+   * {@code inputs}, what the batch is decided with, allows it ({@link ProcessorPass#forProcessor}).
    */
   public static Dataset<Row> apply(Dataset<Row> rows, long keepMs, long retryMs, DecisionInputs inputs) {
     return apply(rows, keepMs, retryMs, inputs, null);
@@ -187,14 +186,14 @@ public final class RouterState {
     return rows.groupBy(key)
         .as(Encoders.STRING(), Encoders.row(input))
         .transformWithState(
-            new Step(input, output, keepMs, retryMs, inputs, held),
+            new Processor(input, output, keepMs, retryMs, inputs, held),
             TimeMode.ProcessingTime(),
             OutputMode.Append(),
             Encoders.row(output));
   }
 
-  /** One key's step; see the class comment. */
-  static final class Step extends StatefulProcessor<String, Row, Row> {
+  /** The stateful processor Spark runs for each key's rows; see the class comment. */
+  static final class Processor extends StatefulProcessor<String, Row, Row> {
     private static final long serialVersionUID = 1L;
     private static final long NO_TIMER = -1L;
     private final long keepMs;
@@ -215,21 +214,21 @@ public final class RouterState {
     /** What the batch is decided with, shipped with each batch's tasks; null: choices come from the topic only. */
     private final DecisionInputs inputs;
     /** Where the columns the rules read are in a leaving message, or null when it lacks one. */
-    private final PassState.Leaving rules;
+    private final ProcessorPass.LeavingColumns rules;
     /** Where the changes of the delayed messages held go (the router's metrics), or null. */
     private final HeldCounts held;
     private transient ValueState<Row> state;
     /** The task's pass over its leaving messages (K2 kept at once), once looked for; null: none. */
-    private transient PassState pass;
+    private transient ProcessorPass pass;
     private transient boolean passLooked;
 
-    Step(
+    Processor(
         StructType input, StructType output, long keepMs, long retryMs, DecisionInputs inputs, HeldCounts held) {
       this.held = held;
       this.keepMs = keepMs;
       this.retryMs = retryMs;
       this.inputs = inputs;
-      this.rules = PassState.Leaving.of(output);
+      this.rules = ProcessorPass.LeavingColumns.of(output);
       this.kind = input.fieldIndex(KIND);
       this.position = input.fieldIndex(POSITION);
       this.id = input.fieldIndex(ID);
@@ -302,7 +301,7 @@ public final class RouterState {
       }
       memory.rememberAll(choices);
       ConversationMemory.Step<Object[]> step = memory.step(due, keepMs, retryMs, arrivals);
-      PassState pass = pass();
+      ProcessorPass pass = pass();
       List<Row> out = new ArrayList<>(step.released.size() + step.given.size());
       for (ConversationMemory.Given<Object[]> g : step.released) {
         out.add(leaving(g, now, keepsChoice(pass, memory, g, now)));
@@ -344,10 +343,10 @@ public final class RouterState {
       return out;
     }
 
-    private PassState pass() {
+    private ProcessorPass pass() {
       if (!passLooked) {
         passLooked = true;
-        pass = rules == null || keepMs <= 0 ? null : PassState.forProcessor(inputs);
+        pass = rules == null || keepMs <= 0 ? null : ProcessorPass.forProcessor(inputs);
       }
       return pass;
     }
@@ -359,7 +358,7 @@ public final class RouterState {
      * first of its entry, so the batch writes no choice record for it.
      */
     private boolean keepsChoice(
-        PassState pass, ConversationMemory<Object[]> memory, ConversationMemory.Given<Object[]> g, long now) {
+        ProcessorPass pass, ConversationMemory<Object[]> memory, ConversationMemory.Given<Object[]> g, long now) {
       if (pass == null) {
         return false;
       }

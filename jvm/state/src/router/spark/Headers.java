@@ -1,4 +1,4 @@
-package router.rules;
+package router.spark;
 
 import java.util.Arrays;
 
@@ -10,9 +10,9 @@ import router.contract.Contract;
 
 /**
  * The Kafka headers a decided message leaves with, as the Kafka sink takes them: an array of
- * (key, value) structs, the value the header's text in UTF-8 ({@link Decide#HEADER_TYPE}). A header
+ * (key, value) structs, the value the header's text in UTF-8 ({@link DecisionPass#HEADER_TYPE}). A header
  * whose value is null is left out. Which headers a message carries, and in which order, is written
- * in {@link Decide}; {@code streaming.spark.output} names them for the reader.
+ * in {@link DecisionPass}; {@code streaming.spark.output} names them for the reader.
  *
  * <p>Built here, in the decision's pass, rather than as a SQL expression over the decision's
  * columns: as SQL, each header was an array of its own, flattened into one per row, and that

@@ -1,4 +1,4 @@
-package router.rules;
+package router.spark;
 
 import java.io.Serializable;
 import java.util.ArrayList;
@@ -7,11 +7,12 @@ import java.util.List;
 import org.apache.spark.SparkContext;
 import org.apache.spark.broadcast.Broadcast;
 import org.apache.spark.util.CollectionAccumulator;
+import router.rules.Snapshot;
 
 /**
  * What a kept batch plan decides with: the route snapshot (broadcast), the MissingRoute requests
  * outstanding (B4, as {@code instance\0scope\0service}) and the rotation counters of C5 and M3 (as
- * {@code instance\0key\0next}, see {@link Rotation}), set by the driver before each micro-batch.
+ * {@code instance\0key\0next}, see {@code router.rules.Rotation}), set by the driver before each micro-batch.
  *
  * <p>The decision's pass holds this object, and Spark serializes a job's RDDs, this included, when
  * it submits the job: each batch's tasks get what was set before it ran. So a route change or a
