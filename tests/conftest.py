@@ -18,8 +18,12 @@ import os
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:  # the unit tier imports no Spark
+    from pyspark.sql import SparkSession
 
 DEFAULT_DOCKER_IMAGE = "confluentinc/cp-kafka:7.6.0"  # what testcontainers' KafkaContainer drives
 
@@ -75,7 +79,7 @@ def unique_group() -> Callable[[str], str]:
 
 
 @pytest.fixture(scope="session")
-def spark(kafka_bootstrap: str):  # type: ignore[no-untyped-def]
+def spark(kafka_bootstrap: str) -> Iterator[SparkSession]:
     """The session's one SparkSession, built by the same function as the job (with the Kafka jars).
 
     It depends on the broker so that Spark stops before the broker does.

@@ -129,7 +129,8 @@ def metadata(brokers: int, topics: dict[str, int]) -> ClusterMetadata:
     cluster = ClusterMetadata()
     for n in range(1, brokers + 1):
         broker = BrokerMetadata()
-        broker.id, broker.host, broker.port = n, "127.0.0.1", 9000 + n
+        # confluent-kafka sets host to None in __init__, unannotated, so its type is None alone.
+        broker.id, broker.host, broker.port = n, "127.0.0.1", 9000 + n  # type: ignore[assignment]
         cluster.brokers[n] = broker
     for name, replicas in topics.items():
         topic = TopicMetadata()

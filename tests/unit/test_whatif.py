@@ -10,7 +10,7 @@ import pytest
 from streaming.commands.whatif import format_report
 from streaming.errors import ConfigError
 from streaming.rules.model import Route
-from streaming.tables.operations import route_key
+from streaming.tables.operations import RouteOperation, route_key
 from streaming.tables.plan import planned_tables
 from streaming.whatif import (
     Fate,
@@ -84,7 +84,7 @@ LIVE = {
 DATABASES = {"i1": frozenset({"AW", "msdb"}), "i2": frozenset({"Parts", "msdb"})}
 
 
-def operations(tmp_path: Path, name: str, text: str) -> list:  # type: ignore[type-arg]
+def operations(tmp_path: Path, name: str, text: str) -> list[RouteOperation]:
     path = tmp_path / name
     path.write_text(text)
     return route_operations([path], now=NOW, instance="i1")
@@ -191,7 +191,9 @@ def test_newly_delayed_services_leave_out_those_already_delayed() -> None:
     assert report.by_service()["Audit"] == (25, 0)
     document = report.to_json()
     assert document["newly_delayed"] == [{"service": "Orders", "messages": 20, "conversations": 7}]
-    assert document["changes"][1]["to"] == {
+    changes = document["changes"]
+    assert isinstance(changes, list)
+    assert changes[1]["to"] == {
         "topic": "p.i1.delayed",
         "outcome": "delayed",
         "reason": "service_not_found",
