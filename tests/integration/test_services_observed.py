@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
+from pyspark.sql import SparkSession
 
 from streaming import topics
 from streaming.config import load_settings
@@ -253,7 +254,7 @@ def test_an_endpoint_counts_resends_a_duplicate_and_a_malformed_record_and_goes_
 
 
 @pytest.fixture
-def router(spark, kafka_bootstrap: str, prefix: str, tmp_path: Path) -> Iterator[RouterJob]:  # type: ignore[no-untyped-def]
+def router(spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path) -> Iterator[RouterJob]:
     """i1's router, routing continuously until the test ends (AW's LOCAL route carries both ways)."""
     settings = load_settings(
         None,
@@ -465,10 +466,11 @@ def test_router_directory_serve_serves_its_metrics_on_the_port_it_is_given(
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGINT)
         code = process.wait(60)
-    output = log.read_text()
-    assert code == 0, output
+    printed = log.read_text()
+    assert code == 0, printed
     assert (
-        "AW asked for Remote: created route directory:Remote" in output and "1 request(s) answered" in output
+        "AW asked for Remote: created route directory:Remote" in printed
+        and "1 request(s) answered" in printed
     )
     assert closed(at)
 
