@@ -50,9 +50,11 @@ def kafka_bootstrap() -> Iterator[str]:
 
     # Its own temporary dir rather than tmp_path_factory's: pytest prunes old base temp dirs when
     # another pytest run starts, which must not pull the data dir from under a running broker.
-    with tempfile.TemporaryDirectory(prefix="router-test-kafka-") as state_dir:
-        with EmbeddedKafka(state_dir) as broker:
-            yield broker.bootstrap
+    with (
+        tempfile.TemporaryDirectory(prefix="router-test-kafka-") as state_dir,
+        EmbeddedKafka(state_dir) as broker,
+    ):
+        yield broker.bootstrap
 
 
 @pytest.fixture

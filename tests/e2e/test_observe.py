@@ -359,7 +359,7 @@ def test_healthz_is_503_while_the_broker_is_away_and_200_once_it_is_back(
             log = tmp_path / "router.log"
             router = start(settings, log, port, started)
             wait_for(lambda: health(port)[0] == 200, 300, "a healthy router", router, log)
-            status, body = health(port)
+            _, body = health(port)
             assert body["status"] == "ok" and body["instances"] == ["i1"] and body["bound_s"] == 6.0
             broker.stop()
             answers: list[dict[str, object]] = []

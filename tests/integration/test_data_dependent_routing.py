@@ -89,9 +89,7 @@ class Region:
             while not stop.is_set():
                 for m in endpoint.receive(timeout_s=0.5):
                     self.got.append((m.dialog.conversation_id, m.message_type, m.body))
-                    if m.is_end_dialog or m.is_error:
-                        m.dialog.end()
-                    elif m.body.startswith(b"end"):
+                    if m.is_end_dialog or m.is_error or m.body.startswith(b"end"):
                         m.dialog.end()
                     elif m.body.startswith(b"fail"):
                         m.dialog.end_with_error(50, "region closed")

@@ -228,7 +228,7 @@ def test_a_router_resumes_from_its_checkpoint_on_hdfs_and_checkpoint_show_reads_
     assert isinstance(first.checkpoint, HadoopPath) and str(first.checkpoint) == f"{checkpoint_dir}/query"
     first.replay(timeout_s=300, on_batch=on_batch, stop=stop)
     first.close()
-    assert stop.is_set() and 2 <= len(reports) and first.routed < len(first_wave), (
+    assert stop.is_set() and len(reports) >= 2 and first.routed < len(first_wave), (
         len(reports),
         first.routed,
     )

@@ -64,7 +64,7 @@ def test_the_delayed_gauges_follow_the_state_and_survive_a_restart(
     assert metrics.held.is_ready, "a new checkpoint holds nothing to read first"
     assert held(metrics) == (3, 2)
     assert len(job.waiting()) == 3
-    messages, conversations, oldest = metrics.held.figures("i1", time.time())
+    *_, oldest = metrics.held.figures("i1", time.time())
     assert 0 <= oldest < 300
     # What the state store holds after the last committed batch, read as a restarted job reads it.
     last = max(int(p.name) for p in (checkpoint / "query" / "commits").iterdir() if p.name.isdigit())

@@ -76,7 +76,7 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 def get(url: str) -> tuple[int, bytes]:
     """The status and body of a GET (a 503 is an answer here, not an error)."""
     try:
-        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 (a loopback test server)
+        with urllib.request.urlopen(url, timeout=10) as response:  # a loopback test server
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()
@@ -445,10 +445,10 @@ def test_router_directory_serve_serves_its_metrics_on_the_port_it_is_given(
     port = free_port()
     log = tmp_path / "directory.log"
     command = ["directory", "serve", str(directory), "--instance", "i1", "--bootstrap", kafka_bootstrap]
+    command += ["--topic-prefix", prefix, "--metrics-port", str(port)]
     with log.open("ab") as output:
         process = subprocess.Popen(
-            [sys.executable, "-m", "streaming.cli", *command, "--topic-prefix", prefix]
-            + ["--metrics-port", str(port)],
+            [sys.executable, "-m", "streaming.cli", *command],
             cwd=ROOT,
             stdout=output,
             stderr=subprocess.STDOUT,
@@ -501,7 +501,7 @@ def test_the_directory_service_is_unhealthy_while_its_broker_is_away(tmp_path: P
                     wait_until(lambda: status_of(at) == 200, "a healthy service", timeout_s=60)
                     broker.stop()
                     wait_until(lambda: status_of(at) == 503, "an unhealthy service", timeout_s=60)
-                    status, body = health(at)
+                    _, body = health(at)
                     assert "Kafka has not answered the loop for" in body["reason"], body
                     assert body["last_poll"]["age_s"] < 5.0  # the loop goes on polling meanwhile
                     broker.start(detach=False)

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import replace
@@ -387,7 +388,7 @@ def rotations(draw: st.DrawFn) -> tuple[str, int, int, tuple[Route, ...], list[l
             arrivals.append(Message(f"m{number}-{again}-{len(arrivals)}", new[again], "Orders", "AW"))
     cuts = sorted(draw(st.sets(st.integers(1, len(arrivals) - 1), max_size=4)))
     bounds = [0, *cuts, len(arrivals)]
-    batches = [arrivals[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    batches = [arrivals[a:b] for a, b in itertools.pairwise(bounds)]
     return kind, k, n, tuple(routes), batches
 
 
