@@ -24,8 +24,8 @@ import matplotlib
 
 matplotlib.use("Agg")  # before pyplot: no display, no GUI toolkit
 
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 
 PERCENTILES = ("p50", "p95", "p99")
 COLOURS = ("#4c78a8", "#f58518", "#e45756")

@@ -32,6 +32,7 @@ from pyspark.sql import SparkSession
 from streaming import topics
 from streaming.kafka.admin import cluster_metadata, end_offsets, ensure_topics
 from streaming.kafka.avro import encode_route, new_message_record, parsed_schema, route_to_record
+from streaming.kafka.consuming import header_pairs
 from streaming.kafka.embedded import EmbeddedKafka
 from streaming.rules.model import Database, Instance, Route, normalize_address
 from streaming.spark.session import build_session, session_jvm
@@ -163,7 +164,10 @@ def decode_fast(value: bytes | None) -> dict[str, Any]:
     """
     if value is None:
         raise ValueError("expected an encoded router.v1.Message, got a null value")
-    return dict(fastavro.schemaless_reader(io.BytesIO(value), _message_schema(), None))
+    record = fastavro.schemaless_reader(io.BytesIO(value), _message_schema(), None)
+    if not isinstance(record, dict):
+        raise ValueError(f"expected a router.v1.Message record, got {type(record).__name__}")
+    return record
 
 
 def message_id(value: bytes | None) -> str:
@@ -297,12 +301,12 @@ def produce(
     topic: str,
     key: bytes | None,
     value: bytes | None,
-    headers: list[tuple[str, bytes]] | None = None,
+    headers: Sequence[tuple[str, bytes]] = (),
 ) -> None:
     """Produce one record; when the local queue is full, serve delivery reports and try again."""
     while True:
         try:
-            producer.produce(topic, value, key, headers=headers)
+            producer.produce(topic, value, key, headers=list(headers))
             return
         except BufferError:
             producer.poll(0.05)
@@ -382,7 +386,7 @@ def read_topics(bootstrap: str, names: Iterable[str], timeout: float = 120.0) ->
 
 def header(record: Message, name: str) -> str | None:
     """The first header `name` of a record, as text (None when it has none)."""
-    for key, value in record.headers() or ():
+    for key, value in header_pairs(record):
         if key == name:
             return None if value is None else value.decode("utf-8")
     return None

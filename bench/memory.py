@@ -104,7 +104,10 @@ def folder_mb(folder: Path) -> float:
 def held(spark: SparkSession, job: RouterJob) -> Held:
     """What `job` holds now (see the module docstring)."""
     keys = read_state(spark, job.checkpoint).count()
-    return Held(heap_mb(spark), keys, folder_mb(job.checkpoint / "state"))
+    state = job.checkpoint / "state"
+    if not isinstance(state, Path):  # measure_memory puts the checkpoint in a local folder
+        raise ValueError(f"expected the job's checkpoint on the local disk, got {state}")
+    return Held(heap_mb(spark), keys, folder_mb(state))
 
 
 def measure_memory(

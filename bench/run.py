@@ -49,6 +49,8 @@ from bench.memory import MemoryResult, measure_memory
 from bench.metrics_cost import PROMETHEUS_EVERY_S, SCRAPE_EVERY_S, MetricsCost, measure_metrics_cost
 from bench.profile import PASS_THROUGH_STEPS, Profile, profile_router, render_profile
 from bench.python_loop import LoopResult, python_loop
+from bench.scaling import MESSAGES as SCALING_MESSAGES
+from bench.scaling import PER_BATCH as SCALING_PER_BATCH
 from bench.scaling import Scaled, measure_scaling, scaling_lines
 from bench.throughput import (
     SUSTAINED,
@@ -170,8 +172,8 @@ def main() -> None:
             progress("bench: 8/9 route-change propagation and delayed-retry precision")
             timing = measure_timing(bootstrap)
             progress("bench: 9/9 scaling out: a standalone cluster of one worker, then two")
-            scale = {"messages": 20_000, "per_batch": 10_000} if args.quick else {}
-            scaling = measure_scaling(bootstrap, folder / "scaling", **scale)
+            messages, per_batch = (20_000, 10_000) if args.quick else (SCALING_MESSAGES, SCALING_PER_BATCH)
+            scaling = measure_scaling(bootstrap, folder / "scaling", messages, per_batch)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     figures: dict[str, Any] = {

@@ -18,8 +18,12 @@ import os
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:  # the unit tier imports no Spark
+    from pyspark.sql import SparkSession
 
 DEFAULT_DOCKER_IMAGE = "confluentinc/cp-kafka:7.6.0"  # what testcontainers' KafkaContainer drives
 
@@ -46,9 +50,11 @@ def kafka_bootstrap() -> Iterator[str]:
 
     # Its own temporary dir rather than tmp_path_factory's: pytest prunes old base temp dirs when
     # another pytest run starts, which must not pull the data dir from under a running broker.
-    with tempfile.TemporaryDirectory(prefix="router-test-kafka-") as state_dir:
-        with EmbeddedKafka(state_dir) as broker:
-            yield broker.bootstrap
+    with (
+        tempfile.TemporaryDirectory(prefix="router-test-kafka-") as state_dir,
+        EmbeddedKafka(state_dir) as broker,
+    ):
+        yield broker.bootstrap
 
 
 @pytest.fixture
@@ -75,7 +81,7 @@ def unique_group() -> Callable[[str], str]:
 
 
 @pytest.fixture(scope="session")
-def spark(kafka_bootstrap: str):  # type: ignore[no-untyped-def]
+def spark(kafka_bootstrap: str) -> Iterator[SparkSession]:
     """The session's one SparkSession, built by the same function as the job (with the Kafka jars).
 
     It depends on the broker so that Spark stops before the broker does.

@@ -27,7 +27,7 @@ def mapping_of(db: sqlite3.Connection, dialog: Dialog) -> Mapping | None:
     column = "outbound" if dialog.is_initiator else "inbound"
     row = db.execute(
         "SELECT inbound, outbound, service, broker_instance FROM resolved_conversations "
-        f"WHERE {column} = ?",  # noqa: S608 (one of two column names)
+        f"WHERE {column} = ?",  # one of two column names, not input
         (dialog.conversation_id,),
     ).fetchone()
     return None if row is None else Mapping(*row)

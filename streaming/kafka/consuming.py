@@ -23,3 +23,14 @@ def take_arrived(consumer: Consumer, most: int, timeout_s: float) -> list[Messag
     if first is None:
         return []
     return [first, *consumer.consume(most - 1, 0)] if most > 1 else [first]
+
+
+def header_pairs(record: Message) -> list[tuple[str, bytes | None]]:
+    """A consumed record's headers as (name, value) pairs, in order.
+
+    librdkafka gives a consumed record's headers as such a list; confluent-kafka's stub types
+    `headers()` as what `produce` accepts (a dict too, str values too), so this narrows it.
+    """
+    raw = record.headers() or []
+    pairs = list(raw.items()) if isinstance(raw, dict) else list(raw)
+    return [(name, value.encode() if isinstance(value, str) else value) for name, value in pairs]

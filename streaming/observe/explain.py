@@ -27,6 +27,7 @@ the router's decisions are written into every record it produces (`streaming.spa
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -681,10 +682,8 @@ def _routed_message(value: Mapping[str, Any], origin: str, at: datetime) -> Mess
     message = message_record_to_model(value, origin)
     broker = message.broker_instance
     if broker is not None:
-        try:
+        with contextlib.suppress(ValueError):  # not a GUID: kept as it came
             broker = canonical_guid(broker)
-        except ValueError:
-            pass
     expires = value.get("expires_at")
     ttl = message.time_to_live_s
     if isinstance(expires, datetime):

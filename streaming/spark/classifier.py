@@ -99,7 +99,7 @@ class Classifier:
             return []
         try:
             return [self._read(row) for row in self._run(messages)]
-        except Exception as exc:  # noqa: BLE001 (a message's failure: classify them one by one)
+        except Exception as exc:  # a message's failure: classify them one by one
             if len(messages) == 1:
                 return [_failed(exc)]
             return [self._one(m) for m in messages]
@@ -116,7 +116,7 @@ class Classifier:
     def _one(self, message: ClassifierInput) -> Classification:
         try:
             return self._read(self._run([message])[0])
-        except Exception as exc:  # noqa: BLE001 (the expression raised on this message)
+        except Exception as exc:  # the expression raised on this message
             return _failed(exc)
 
     def _run(self, messages: Sequence[ClassifierInput]) -> list[Row]:

@@ -30,7 +30,7 @@ def change_line(change: str) -> str | None:
             f"Spark executor {executor} lost ({reason}); its tasks run again on the executors left, "
             "and the micro-batch goes on"
         )
-    host, cores = (rest + ["?", "?"])[:2]
+    host, cores = [*rest, "?", "?"][:2]
     return f"Spark executor {executor} joined on {host} ({cores} core(s))"
 
 

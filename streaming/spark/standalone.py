@@ -24,6 +24,7 @@ process, and, started from Python, every one gets SIGTERM when the process that 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -313,10 +314,8 @@ class StandaloneCluster:
 
 
 def _signal(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):  # ended already
         os.kill(pid, sig)
-    except ProcessLookupError:
-        pass  # ended already
 
 
 def _tail(path: Path, lines: int = 25) -> str:

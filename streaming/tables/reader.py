@@ -44,7 +44,7 @@ import uuid
 from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -68,6 +68,8 @@ _BATCH = 10_000
 _MISSING_RECHECK_S = 5.0
 """How often `poll()` asks the broker whether a topic that did not exist has been created."""
 V = TypeVar("V")
+# What `with` gives: the reader itself, as its own class (typing.Self is 3.11+).
+Reader = TypeVar("Reader", bound="TableReader[Any]")
 _ABSENT = object()
 
 
@@ -213,7 +215,7 @@ class TableReader(Generic[V]):
         """Close the consumer (idempotent)."""
         self._consumer.close()
 
-    def __enter__(self) -> TableReader[V]:
+    def __enter__(self: Reader) -> Reader:
         return self
 
     def __exit__(

@@ -27,6 +27,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from streaming import topics  # noqa: E402
 from streaming.endpoint import Endpoint  # noqa: E402
+from streaming.endpoint.protocol import RETRY_CAP_S, RETRY_FIRST_S  # noqa: E402
 from streaming.rules.model import Database, Instance, Route  # noqa: E402
 from streaming.tables.topic_io import publish_catalogs, put_route  # noqa: E402
 
@@ -90,18 +91,30 @@ def settings_file(path: Path, bootstrap: str, prefix: str, instances: list[str],
     return path
 
 
-def client(bootstrap: str, prefix: str, store: Path, **options: float) -> Endpoint:
+def client(
+    bootstrap: str,
+    prefix: str,
+    store: Path,
+    *,
+    retry_first_s: float = RETRY_FIRST_S,
+    retry_cap_s: float = RETRY_CAP_S,
+) -> Endpoint:
     """A's Client endpoint."""
     return Endpoint(
-        bootstrap, instance="A", database="Sales", service="Client", store=store, prefix=prefix, **options
+        bootstrap,
+        instance="A",
+        database="Sales",
+        service="Client",
+        store=store,
+        prefix=prefix,
+        retry_first_s=retry_first_s,
+        retry_cap_s=retry_cap_s,
     )
 
 
-def server(bootstrap: str, prefix: str, store: Path, **options: float) -> Endpoint:
+def server(bootstrap: str, prefix: str, store: Path) -> Endpoint:
     """B's Server endpoint."""
-    return Endpoint(
-        bootstrap, instance="B", database="Stock", service="Server", store=store, prefix=prefix, **options
-    )
+    return Endpoint(bootstrap, instance="B", database="Stock", service="Server", store=store, prefix=prefix)
 
 
 def start_sender(

@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from streaming import topics
 from streaming.kafka.admin import cluster_metadata, end_offsets, ensure_topics
 from streaming.kafka.avro import MalformedRecord, decode_message
+from streaming.kafka.consuming import header_pairs
 from streaming.rules.model import Instance, Route
 from streaming.tables.topic_io import publish_catalogs, put_route
 
@@ -131,7 +132,7 @@ def read_outcome(bootstrap: str, names: Iterable[str]) -> Outcome:
 def records_with_headers(bootstrap: str, topic: str) -> list[tuple[dict[str, str], bytes]]:
     """Every record of `topic` now: its headers as text, and its value."""
     return [
-        ({k: v.decode() for k, v in message.headers() or []}, message.value() or b"")
+        ({k: (v or b"").decode() for k, v in header_pairs(message)}, message.value() or b"")
         for message in records_now(bootstrap, topic)
     ]
 

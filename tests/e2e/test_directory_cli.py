@@ -103,9 +103,9 @@ def test_the_service_creates_listed_routes_and_ends_every_request(
 def test_an_instance_without_a_catalog_is_refused_with_the_fix(kafka_bootstrap: str, tmp_path: Path) -> None:
     directory = tmp_path / "directory.yaml"
     directory.write_text(DIRECTORY)
+    serve = ["directory", "serve", str(directory), "--instance", "nope", "--bootstrap", kafka_bootstrap]
     result = subprocess.run(
-        [sys.executable, "-m", "streaming.cli", "directory", "serve", str(directory), "--instance", "nope"]
-        + ["--bootstrap", kafka_bootstrap, "--topic-prefix", f"none{uuid.uuid4().hex[:8]}"],
+        [sys.executable, "-m", "streaming.cli", *serve, "--topic-prefix", f"none{uuid.uuid4().hex[:8]}"],
         cwd=ROOT,
         capture_output=True,
         text=True,

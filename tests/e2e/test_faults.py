@@ -267,7 +267,11 @@ def test_five_kills_at_random_moments_lose_nothing(
     for _ in range(kills):
         before = written(kafka_bootstrap, names)
         router = start_router(settings, log, started)
-        wait_for(lambda b=before: written(kafka_bootstrap, names) > b, 300, "routing", router, log)
+
+        def routing(since: int = before) -> bool:
+            return written(kafka_bootstrap, names) > since
+
+        wait_for(routing, 300, "routing", router, log)
         time.sleep(moments.uniform(0.0, 6.0))
         kill(router)
     assert written(kafka_bootstrap, names) < messages, "every kill was meant to interrupt the stream"
@@ -294,7 +298,11 @@ def test_sigint_and_sigterm_mid_stream_stop_cleanly_and_a_restart_loses_nothing(
     for sig in (signal.SIGINT, signal.SIGTERM):
         before = written(kafka_bootstrap, names)
         router = start_router(settings, log, started)
-        wait_for(lambda b=before: written(kafka_bootstrap, names) > b, 300, "routing", router, log)
+
+        def routing(since: int = before) -> bool:
+            return written(kafka_bootstrap, names) > since
+
+        wait_for(routing, 300, "routing", router, log)
         output = stop(router, log, sig)
         assert f"{sig.name}: stopping after the micro-batch in flight" in output
         assert "stopped between micro-batches" in output

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ from processes import kill, records_with_headers, start_router, stop, wait_for
 from streaming import topics
 from streaming.endpoint import Endpoint, Received
 from streaming.endpoint.protocol import LIFETIME_EXPIRED_CODE
-from streaming.kafka.avro import decode_message
+from streaming.kafka.avro import Record, decode_message
 from streaming.rules.model import Instance, Route
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fault]
@@ -89,7 +90,7 @@ class Service:
         return sum(len(bodies) for bodies in self.taken.values())
 
 
-def pump_until(condition, what: str, timeout_s: float, *parties: object) -> None:  # type: ignore[no-untyped-def]
+def pump_until(condition: Callable[[], object], what: str, timeout_s: float, *parties: object) -> None:
     """Let the endpoints work until `condition()` holds (Service.serve or Endpoint.pump)."""
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -278,5 +279,5 @@ def test_two_forwarders_that_point_at_each_other_discard_the_message_and_the_sen
     )
 
 
-def _records(bootstrap: str, topic: str) -> list[dict[str, object]]:
+def _records(bootstrap: str, topic: str) -> list[Record]:
     return [decode_message(value) for _, value in records_with_headers(bootstrap, topic)]

@@ -93,9 +93,10 @@ def totals_line(log: str) -> Printed:
     outcomes: Counter[str] = Counter()
     for n, outcome in re.findall(r"([\d,]+) (deliver|send|forward|delayed|dropped|discarded)\b", line):
         outcomes[outcome] += int(n.replace(",", ""))
-    released = int(re.search(r"([\d,]+) of them released", line).group(1).replace(",", ""))  # type: ignore[union-attr]
-    dead = int(re.search(r"([\d,]+) dead-lettered", line).group(1).replace(",", ""))  # type: ignore[union-attr]
-    return Printed(outcomes, released, dead)
+    released = re.search(r"([\d,]+) of them released", line)
+    dead = re.search(r"([\d,]+) dead-lettered", line)
+    assert released and dead, f"expected the released and dead-lettered counts in: {line}"
+    return Printed(outcomes, int(released[1].replace(",", "")), int(dead[1].replace(",", "")))
 
 
 def scraped(got: Scrape) -> Printed:
@@ -358,7 +359,7 @@ def test_healthz_is_503_while_the_broker_is_away_and_200_once_it_is_back(
             log = tmp_path / "router.log"
             router = start(settings, log, port, started)
             wait_for(lambda: health(port)[0] == 200, 300, "a healthy router", router, log)
-            status, body = health(port)
+            _, body = health(port)
             assert body["status"] == "ok" and body["instances"] == ["i1"] and body["bound_s"] == 6.0
             broker.stop()
             answers: list[dict[str, object]] = []

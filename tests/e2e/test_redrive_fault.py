@@ -56,7 +56,7 @@ def dropped_records(bootstrap: str, prefix: str) -> set[str]:
                 enqueued_at=datetime.now(timezone.utc),
             )
         )
-        headers = [
+        headers: list[tuple[str, str | bytes | None]] = [
             ("outcome", b"dropped"),
             ("reason", b"no_route"),
             ("source_topic", kind("i1", prefix).encode()),

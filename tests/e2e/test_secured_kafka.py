@@ -72,7 +72,18 @@ def test_every_command_connects_with_the_settings_files_tls_and_sasl_settings(
     for step in (
         ("catalogs", "load", str(demo / "catalogs.yaml"), *common),
         ("routes", "load", str(demo / "routes.yaml"), *common),
-        ("send", *"--instance i1 --from-database AW --to-service OrderParts --count 5".split(), *common),
+        (
+            "send",
+            "--instance",
+            "i1",
+            "--from-database",
+            "AW",
+            "--to-service",
+            "OrderParts",
+            "--count",
+            "5",
+            *common,
+        ),
     ):
         done = router(*step, env=env)
         assert done.returncode == 0, (step, done.stderr[-3000:])

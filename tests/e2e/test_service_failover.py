@@ -81,7 +81,11 @@ def test_two_directory_copies_one_killed_the_other_answers_every_request(
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
     copies = [cli(serve, log, started) for log in logs]
     for copy, log in zip(copies, logs, strict=True):
-        wait_for(lambda log=log: "Ctrl-C stops" in log.read_text(), 120, "the copy's start", copy, log)
+
+        def serving(log: Path = log) -> bool:
+            return "Ctrl-C stops" in log.read_text()
+
+        wait_for(serving, 120, "the copy's start", copy, log)
     # Both in the group, a partition each, before the first request: else the first copy may answer
     # every request before the second has joined.
     wait_for(

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -109,9 +109,10 @@ def prefix(kafka_bootstrap: str) -> str:
 
 
 @pytest.fixture
-def partitions(spark: SparkSession) -> Iterator[object]:
+def partitions(spark: SparkSession) -> Iterator[Callable[[int], None]]:
     """Sets the session's state partitions for the test's queries (`partitions(n)`), restored after."""
     before = spark.conf.get(SHUFFLE_PARTITIONS)
+    assert before is not None, "the tests' session sets its shuffle partitions"
 
     def use(n: int) -> None:
         spark.conf.set(SHUFFLE_PARTITIONS, str(n))
@@ -135,8 +136,8 @@ def job(spark: SparkSession, bootstrap: str, prefix: str, folder: Path, **settin
 
 
 def test_a_checkpoint_refuses_other_state_partitions_and_resumes_with_its_own(
-    spark, kafka_bootstrap, prefix, tmp_path, partitions
-):
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path, partitions: Callable[[int], None]
+) -> None:
     outbound = topics.outbound_topic("i1", prefix)
     produce(kafka_bootstrap, outbound, [(f"c{n}", message(f"c{n}", "Audit")) for n in range(20)])
     partitions(2)
@@ -179,7 +180,7 @@ def test_a_checkpoint_refuses_other_state_partitions_and_resumes_with_its_own(
     assert len(delivered) == 21 and set(delivered.values()) == {1}
 
 
-def with_every_kind_of_state(spark, bootstrap: str, prefix: str, folder: Path) -> RouterJob:  # type: ignore[no-untyped-def]
+def with_every_kind_of_state(spark: SparkSession, bootstrap: str, prefix: str, folder: Path) -> RouterJob:
     """A checkpoint whose state holds kept choices, delayed messages and, on Kafka, a request (B4).
 
     30 conversations to OrderParts (routed to i2: a kept choice each), 7 messages of 5 conversations
@@ -209,8 +210,8 @@ def show(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_checkpoint_show_reads_what_a_router_checkpoint_holds(
-    spark, kafka_bootstrap, prefix, tmp_path, partitions
-):
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path, partitions: Callable[[int], None]
+) -> None:
     partitions(2)
     with_every_kind_of_state(spark, kafka_bootstrap, prefix, tmp_path / "ckpt")
     # What the state holds, counted here from the rows Spark's state data source gives.
@@ -258,8 +259,8 @@ def test_checkpoint_show_reads_what_a_router_checkpoint_holds(
 
 
 def test_a_drained_checkpoint_gives_way_to_one_with_more_partitions(
-    spark, kafka_bootstrap, prefix, tmp_path, partitions
-):
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path, partitions: Callable[[int], None]
+) -> None:
     """The drain: 300 messages routed with 2 state partitions; the router stops; 200 more arrive; a
     new checkpoint with 8 starts where the old one ended: each message is routed once."""
     outbound = topics.outbound_topic("i1", prefix)
@@ -289,8 +290,8 @@ def test_a_drained_checkpoint_gives_way_to_one_with_more_partitions(
 
 
 def test_a_checkpoint_that_still_holds_delayed_messages_is_not_started_after(
-    spark, kafka_bootstrap, prefix, tmp_path, partitions
-):
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path, partitions: Callable[[int], None]
+) -> None:
     partitions(2)
     with_every_kind_of_state(spark, kafka_bootstrap, prefix, tmp_path / "old")
     partitions(8)

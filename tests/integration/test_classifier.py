@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pyspark.sql import SparkSession
 
 from streaming.ddr.answers import Classification
 from streaming.errors import ConfigError
@@ -19,7 +20,7 @@ def message(body: bytes, conversation: str = "c1") -> ClassifierInput:
     return ClassifierInput(conversation, 0, "DEFAULT", "InitiatorService", body)
 
 
-def test_an_xml_classifier_names_each_message_s_service(spark) -> None:  # type: ignore[no-untyped-def]
+def test_an_xml_classifier_names_each_message_s_service(spark: SparkSession) -> None:
     classifier = Classifier(spark, XML)
     got = classifier.classify(
         [
@@ -30,7 +31,7 @@ def test_an_xml_classifier_names_each_message_s_service(spark) -> None:  # type:
     assert got == [Classification("SalesEast"), Classification("SalesWest")]
 
 
-def test_a_json_classifier_and_a_struct_with_a_broker_instance(spark) -> None:  # type: ignore[no-untyped-def]
+def test_a_json_classifier_and_a_struct_with_a_broker_instance(spark: SparkSession) -> None:
     assert Classifier(spark, JSON).classify([message(b'{"region": "North"}')]) == [
         Classification("SalesNorth")
     ]
@@ -43,7 +44,9 @@ def test_a_json_classifier_and_a_struct_with_a_broker_instance(spark) -> None:  
     assert struct.classify([message(body)]) == [Classification("Sales", FAR1)]
 
 
-def test_a_message_the_classifier_fails_on_or_finds_nothing_in_gets_the_reason_alone(spark) -> None:  # type: ignore[no-untyped-def]
+def test_a_message_the_classifier_fails_on_or_finds_nothing_in_gets_the_reason_alone(
+    spark: SparkSession,
+) -> None:
     classifier = Classifier(spark, XML)
     got = classifier.classify(
         [
@@ -70,7 +73,7 @@ def test_a_message_the_classifier_fails_on_or_finds_nothing_in_gets_the_reason_a
     ],
 )
 def test_a_classifier_that_cannot_name_a_service_is_refused_at_once(
-    spark, expression: str, says: str
-) -> None:  # type: ignore[no-untyped-def]
+    spark: SparkSession, expression: str, says: str
+) -> None:
     with pytest.raises(ConfigError, match=says):
         Classifier(spark, expression, "routes/ddr.yaml")

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyspark.sql import SparkSession
 
 from streaming.rules.memory import Conversation, Given
 
@@ -54,7 +55,7 @@ def sequences(draw: st.DrawFn) -> dict[str, Any]:
             order += 1
             kept = draw(st.one_of(st.none(), IDENTITIES.map(list)))
             # D1: sometimes a copy of a message delayed before (written twice by a replayed batch).
-            copy = delayed_ids and draw(st.booleans())
+            copy = bool(delayed_ids) and draw(st.booleans())
             delayed_id = draw(st.sampled_from(delayed_ids)) if copy else f"d{order}"
             delayed_ids.append(delayed_id)
             delayed.append(
@@ -123,12 +124,15 @@ def normalized(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @settings(max_examples=400, deadline=None, derandomize=True)
 @given(sequence=sequences())
-def test_the_java_memory_follows_the_python_description(sequence: dict[str, Any], spark) -> None:  # type: ignore[no-untyped-def]
+def test_the_java_memory_follows_the_python_description(
+    sequence: dict[str, Any], spark: SparkSession
+) -> None:
+    assert spark._jvm is not None
     java = json.loads(spark._jvm.router.state.ConversationMemory.replayJson(json.dumps(sequence)))
     assert normalized(java) == normalized(replay_in_python(sequence))
 
 
-def test_a_due_conversation_leaves_whole_and_ahead_of_its_new_messages(spark) -> None:  # type: ignore[no-untyped-def]
+def test_a_due_conversation_leaves_whole_and_ahead_of_its_new_messages(spark: SparkSession) -> None:
     """D1, D2, K2 by example, on both renderings: the generated test's reading, spelled out."""
     sequence = {
         "keep": 10_000,
@@ -153,11 +157,12 @@ def test_a_due_conversation_leaves_whole_and_ahead_of_its_new_messages(spark) ->
     assert python[1]["given"] == [["m5", ["", "S1", "A"], False, False]]
     # The choice made at 1,000 is kept 10,000 ms: forgotten at 11,000.
     assert python[2]["given"] == [["m6", None, False, True]] and python[2]["kept"] == {}
+    assert spark._jvm is not None
     java = json.loads(spark._jvm.router.state.ConversationMemory.replayJson(json.dumps(sequence)))
     assert normalized(java) == normalized(python)
 
 
-def test_a_message_read_back_twice_is_held_and_released_once(spark) -> None:  # type: ignore[no-untyped-def]
+def test_a_message_read_back_twice_is_held_and_released_once(spark: SparkSession) -> None:
     """D1: a batch run again after a crash writes its delayed messages a second time; the copies
     are one message. Held once (the first copy's order and time), released once."""
     sequence = {
@@ -180,5 +185,6 @@ def test_a_message_read_back_twice_is_held_and_released_once(spark) -> None:  # 
     assert python[1]["held"] == ["d1", "d2"] and python[1]["next"] == 2_900
     assert python[2]["released"] == [["d1", None, False, True], ["d2", None, False, False]]
     assert python[2]["held"] == []
+    assert spark._jvm is not None
     java = json.loads(spark._jvm.router.state.ConversationMemory.replayJson(json.dumps(sequence)))
     assert normalized(java) == normalized(python)

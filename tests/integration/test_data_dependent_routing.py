@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from streaming import topics
 from streaming.config import load_settings
@@ -88,9 +89,7 @@ class Region:
             while not stop.is_set():
                 for m in endpoint.receive(timeout_s=0.5):
                     self.got.append((m.dialog.conversation_id, m.message_type, m.body))
-                    if m.is_end_dialog or m.is_error:
-                        m.dialog.end()
-                    elif m.body.startswith(b"end"):
+                    if m.is_end_dialog or m.is_error or m.body.startswith(b"end"):
                         m.dialog.end()
                     elif m.body.startswith(b"fail"):
                         m.dialog.end_with_error(50, "region closed")
@@ -171,7 +170,7 @@ class Initiator:
             got = self.got.get(dialog.conversation_id, [])
             if what(got):
                 return got
-        got = self.got.get(dialog.conversation_id)
+        got = self.got.get(dialog.conversation_id, [])
         raise AssertionError(
             f"dialog {dialog.conversation_id}: waited {timeout_s} s; got {got}; {self.state()}"
         )
@@ -182,8 +181,8 @@ def types(messages: list[Received]) -> list[str]:
 
 
 def test_routing_services_forward_and_redirect_by_what_messages_hold(
-    spark, kafka_bootstrap, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+    spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
+) -> None:
     prefix = f"t{uuid.uuid4().hex[:10]}"
     publish_catalogs(kafka_bootstrap, [I1], topics.catalogs_topic(prefix))
     routes = [Route(d.name, "AutoCreatedLocal", "LOCAL") for d in DATABASES]
@@ -267,9 +266,9 @@ def test_routing_services_forward_and_redirect_by_what_messages_hold(
         got = initiator.wait(east, lambda g: len(g) >= 1)
         assert (got[0].message_type, got[0].body) == ("Reply", b"SalesEast:" + xml("SalesEast", "<q>1</q>"))
         assert got[0].far_service == "SalesRouter"
-        for dialog, region in ((west, "SalesWest"), (north, "SalesNorth"), (failing, "SalesNorth")):
+        for dialog, region_name in ((west, "SalesWest"), (north, "SalesNorth"), (failing, "SalesNorth")):
             got = initiator.wait(dialog, lambda g: len(g) >= 1)
-            assert got[0].body.startswith(region.encode() + b":")
+            assert got[0].body.startswith(region_name.encode() + b":")
         # A message the classifier fails on, or finds nothing in, ends its dialog with the reason.
         for dialog, reason in ((unreadable, "the classifier failed"), (nowhere, "gave no service")):
             (error,) = initiator.wait(dialog, lambda g: len(g) >= 1)
@@ -302,9 +301,9 @@ def test_routing_services_forward_and_redirect_by_what_messages_hold(
         # The region fails: the initiator gets an Error that wraps it.
         failing.send(b"fail now")
         got = initiator.wait(failing, lambda g: bool(g) and g[-1].is_error)
-        error = got[-1].error
-        assert error is not None and error.code == 50
-        assert "SalesNorth" in error.description and "region closed" in error.description
+        wrapped = got[-1].error
+        assert wrapped is not None and wrapped.code == 50
+        assert "SalesNorth" in wrapped.description and "region closed" in wrapped.description
         # The initiator fails: the region gets an Error that wraps it.
         north.end_with_error(7, "cancelled by the initiator")
         initiator.until(

@@ -14,11 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from streaming import topics
 from streaming.config import load_settings
 from streaming.endpoint import DialogClosed, Endpoint, Received
-from streaming.endpoint.protocol import END_DIALOG, ERROR, LIFETIME_EXPIRED_CODE
+from streaming.endpoint.protocol import END_DIALOG, ERROR, LIFETIME_EXPIRED_CODE, RETRY_CAP_S, RETRY_FIRST_S
 from streaming.rules.model import Database, Instance, Route
 from streaming.spark.job import RouterJob
 from streaming.tables.topic_io import publish_catalogs, put_route
@@ -39,7 +40,7 @@ def prefix(kafka_bootstrap: str) -> str:
 
 
 @pytest.fixture
-def router(spark, kafka_bootstrap: str, prefix: str, tmp_path: Path) -> Iterator[RouterJob]:  # type: ignore[no-untyped-def]
+def router(spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path) -> Iterator[RouterJob]:
     """i1's router, routing continuously until the test ends."""
     settings = load_settings(
         None,
@@ -70,7 +71,15 @@ def router(spark, kafka_bootstrap: str, prefix: str, tmp_path: Path) -> Iterator
     assert not failure, failure
 
 
-def endpoint(kafka: str, prefix: str, tmp_path: Path, service: str, **options: float) -> Endpoint:
+def endpoint(
+    kafka: str,
+    prefix: str,
+    tmp_path: Path,
+    service: str,
+    *,
+    retry_first_s: float = RETRY_FIRST_S,
+    retry_cap_s: float = RETRY_CAP_S,
+) -> Endpoint:
     return Endpoint(
         kafka,
         instance="i1",
@@ -78,7 +87,8 @@ def endpoint(kafka: str, prefix: str, tmp_path: Path, service: str, **options: f
         service=service,
         store=tmp_path / f"{service}.db",
         prefix=prefix,
-        **options,
+        retry_first_s=retry_first_s,
+        retry_cap_s=retry_cap_s,
     )
 
 
@@ -106,8 +116,8 @@ def settle(*endpoints: Endpoint, timeout_s: float = 90.0) -> None:
 
 
 def test_a_dialog_is_acked_pinned_answered_and_forgotten_by_both_sides(
-    router, kafka_bootstrap, prefix, tmp_path
-):
+    router: RouterJob, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """A1, A2, CL2, CL3: messages arrive once and in order, acks pin the dialog, both ends end it."""
     with (
         # No resends within the test (a slow router round trip would bring one, and a resent
@@ -145,7 +155,9 @@ def test_a_dialog_is_acked_pinned_answered_and_forgotten_by_both_sides(
         assert (server.counts.taken, client.counts.taken, client.counts.discarded) == (6, 1, 1)
 
 
-def test_resends_reach_the_service_once_and_in_order(router, kafka_bootstrap, prefix, tmp_path):
+def test_resends_reach_the_service_once_and_in_order(
+    router: RouterJob, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """A3, A4: a sender that resends before acks can come back; the receiver drops the duplicates."""
     with (
         endpoint(kafka_bootstrap, prefix, tmp_path, "Client", retry_first_s=0.2, retry_cap_s=0.4) as client,
@@ -174,8 +186,8 @@ def test_resends_reach_the_service_once_and_in_order(router, kafka_bootstrap, pr
 
 
 def test_an_endpoint_that_died_before_sending_resends_after_a_restart(
-    router, kafka_bootstrap, prefix, tmp_path
-):
+    router: RouterJob, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """A3 across a restart: what was stored but never produced is sent when it falls due."""
     client = endpoint(kafka_bootstrap, prefix, tmp_path, "Client", retry_first_s=1.0)
     dialog = client.begin_dialog("Server")
@@ -194,7 +206,9 @@ def test_an_endpoint_that_died_before_sending_resends_after_a_restart(
         assert again.wait_acknowledged(60) and again.counts.resent >= 3
 
 
-def test_a_dialog_whose_lifetime_passes_fails_on_both_sides(router, kafka_bootstrap, prefix, tmp_path):
+def test_a_dialog_whose_lifetime_passes_fails_on_both_sides(
+    router: RouterJob, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """CL1, D4: each side gets a time-out Error and refuses further messages."""
     with (
         endpoint(kafka_bootstrap, prefix, tmp_path, "Client") as client,
@@ -220,7 +234,9 @@ def test_a_dialog_whose_lifetime_passes_fails_on_both_sides(router, kafka_bootst
         assert client.dialog(timed_out, True) is None and server.dialog(timed_out, False) is None
 
 
-def test_an_error_ends_the_dialog_on_the_far_side_too(router, kafka_bootstrap, prefix, tmp_path):
+def test_an_error_ends_the_dialog_on_the_far_side_too(
+    router: RouterJob, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """CL3: END CONVERSATION WITH ERROR; the far side receives the Error and cannot send after it."""
     with (
         endpoint(kafka_bootstrap, prefix, tmp_path, "Client") as client,
@@ -239,7 +255,9 @@ def test_an_error_ends_the_dialog_on_the_far_side_too(router, kafka_bootstrap, p
         settle(client, server)
 
 
-def test_a_dialog_timer_fires_on_its_own_side_and_is_never_sent(router, kafka_bootstrap, prefix, tmp_path):
+def test_a_dialog_timer_fires_on_its_own_side_and_is_never_sent(
+    router: RouterJob, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """CL4, §1.15: DialogTimer never leaves the endpoint that set it."""
     with endpoint(kafka_bootstrap, prefix, tmp_path, "Client") as client:
         dialog = client.begin_dialog("Server")

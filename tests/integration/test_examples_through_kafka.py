@@ -17,11 +17,13 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from pyspark.sql import SparkSession
 
 from streaming import topics
 from streaming.config import load_settings
 from streaming.kafka.admin import end_offsets, ensure_topics, topic_names
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
+from streaming.kafka.consuming import header_pairs
 from streaming.rules.model import CURRENT_DATABASE
 from streaming.scenario.check import evaluate
 from streaming.scenario.loader import load_scenario
@@ -144,7 +146,7 @@ def decisions_from_topics(bootstrap: str, prefix: str, instance: str) -> list[di
                 if msg.error():
                     continue
                 remaining -= 1
-                headers = {k: v.decode() for k, v in (msg.headers() or [])}
+                headers = {k: (v or b"").decode() for k, v in header_pairs(msg)}
                 decision: dict[str, object] = {"id": decode_message(msg.value())["message_id"]}
                 decision.update({f: headers[f] for f in HEADER_FIELDS if f in headers})
                 if "choice_step" in headers and "route" not in headers:
@@ -156,7 +158,9 @@ def decisions_from_topics(bootstrap: str, prefix: str, instance: str) -> list[di
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
-def test_worked_example_through_kafka(spark, kafka_bootstrap: str, tmp_path: Path, path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_worked_example_through_kafka(
+    spark: SparkSession, kafka_bootstrap: str, tmp_path: Path, path: Path
+) -> None:
     prefix = f"x{uuid.uuid4().hex[:10]}"
     produce_scenario(kafka_bootstrap, prefix, path)
     scenario = load_scenario(path)

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from streaming import topics
 from streaming.cli import main
@@ -66,7 +67,7 @@ def message(message_id: str, service: str, **fields: object) -> dict[str, object
 
 
 @pytest.fixture(scope="module")
-def routed(spark, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Routed:  # type: ignore[no-untyped-def]
+def routed(spark: SparkSession, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Routed:
     prefix = f"explain{uuid.uuid4().hex[:10]}"
     instances = [replace(i, retry_s=RETRY_S) for i in load_catalog_files([DEMO / "catalogs.yaml"])]
     publish_catalogs(kafka_bootstrap, instances, topics.catalogs_topic(prefix))
@@ -122,7 +123,9 @@ def hop_lines(out: str) -> list[list[str]]:
     return [line.split() for line in out.splitlines() if line.startswith("  ") and line.split()[0].isdigit()]
 
 
-def test_a_message_through_the_forwarder_shows_three_hops(routed: Routed, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_a_message_through_the_forwarder_shows_three_hops(
+    routed: Routed, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out = explain(routed, capsys, routed.delivered)
     assert code == 0, out
     p = routed.prefix
@@ -153,7 +156,9 @@ def test_a_message_through_the_forwarder_shows_three_hops(routed: Routed, capsys
     assert document["now"]["state"] == "delivered"
 
 
-def test_a_message_for_a_service_nobody_hosts_waits_delayed_with_its_reason(routed: Routed, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_a_message_for_a_service_nobody_hosts_waits_delayed_with_its_reason(
+    routed: Routed, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out = explain(routed, capsys, routed.delayed)
     assert code == 0, out
     (hop,) = hop_lines(out)
@@ -167,7 +172,9 @@ def test_a_message_for_a_service_nobody_hosts_waits_delayed_with_its_reason(rout
     assert 0 < (due - routed.routed_at).total_seconds() <= RETRY_S  # D2: retry_s after its decision
 
 
-def test_a_message_with_no_hop_left_is_discarded_by_the_forwarder(routed: Routed, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_a_message_with_no_hop_left_is_discarded_by_the_forwarder(
+    routed: Routed, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out = explain(routed, capsys, routed.spent, "--steps")
     assert code == 0, out
     hops = hop_lines(out)
@@ -182,7 +189,9 @@ def test_a_message_with_no_hop_left_is_discarded_by_the_forwarder(routed: Routed
     assert "today's tables decide the same: discarded by route ToOrderParts (M2, C3): hops_exhausted" in out
 
 
-def test_a_message_from_outside_with_no_route_is_dropped(routed: Routed, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_a_message_from_outside_with_no_route_is_dropped(
+    routed: Routed, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out = explain(routed, capsys, routed.stray)
     assert code == 0, out
     assert "arrived " in out.splitlines()[0] and f"on {routed.prefix}.f1.inbound from outside" in out
@@ -193,8 +202,8 @@ def test_a_message_from_outside_with_no_route_is_dropped(routed: Routed, capsys)
 
 
 def test_a_record_that_names_no_database_of_its_instance_is_found_dead_lettered(
-    routed: Routed, capsys
-) -> None:  # type: ignore[no-untyped-def]
+    routed: Routed, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out = explain(routed, capsys, routed.invalid, "--steps")
     assert code == 0, out
     (hop,) = hop_lines(out)
@@ -205,7 +214,9 @@ def test_a_record_that_names_no_database_of_its_instance_is_found_dead_lettered(
     assert "steps: the record was dead-lettered by i1 before any rule ran" in out
 
 
-def test_an_unknown_id_exits_1_naming_the_topics_and_the_window(routed: Routed, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_id_exits_1_naming_the_topics_and_the_window(
+    routed: Routed, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out = explain(routed, capsys, f"no-such-{uuid.uuid4()}", "--since", "2h")
     assert code == 1
     first = out.splitlines()[0]
@@ -221,7 +232,9 @@ def test_an_unknown_id_exits_1_naming_the_topics_and_the_window(routed: Routed, 
     assert code == 1 and ": 0 record(s) read" in out.splitlines()[0]
 
 
-def test_steps_replay_the_delivery_and_see_a_dropped_route(routed: Routed, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_steps_replay_the_delivery_and_see_a_dropped_route(
+    routed: Routed, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out = explain(routed, capsys, routed.delivered, "--steps")
     assert code == 0, out
     steps = out[out.index("steps: i2's decision of ") :]

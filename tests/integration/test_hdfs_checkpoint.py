@@ -30,7 +30,8 @@ from streaming.commands.checkpoint import render
 from streaming.config import load_settings
 from streaming.kafka.admin import end_offsets, ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
-from streaming.kafka.connection import client_config, producer_config
+from streaming.kafka.connection import ClientValue, client_config, producer_config
+from streaming.kafka.consuming import header_pairs
 from streaming.rules.model import Database, Instance, Route, normalize_address
 from streaming.spark.checkpoint import (
     SHUFFLE_PARTITIONS,
@@ -84,9 +85,8 @@ def produce(bootstrap: str, topic: str, conversations: list[str]) -> None:
 def routes_taken(bootstrap: str, network: list[str]) -> tuple[Counter[str], dict[str, str]]:
     """How many times each message id was sent to the `network` topics, and the route it went by."""
     sent, went = Counter[str](), {}
-    consumer = Consumer(
-        client_config(bootstrap, **{"group.id": f"t-{uuid.uuid4()}", "enable.auto.commit": False})
-    )
+    settings: dict[str, ClientValue] = {"group.id": f"t-{uuid.uuid4()}", "enable.auto.commit": False}
+    consumer = Consumer(client_config(bootstrap, **settings))
     try:
         for topic in network:
             ends = end_offsets(bootstrap, topic)
@@ -100,7 +100,7 @@ def routes_taken(bootstrap: str, network: list[str]) -> tuple[Counter[str], dict
                 read += 1
                 message_id = decode_message(record.value())["message_id"]
                 sent[message_id] += 1
-                went[message_id] = dict((k, (v or b"").decode()) for k, v in record.headers() or [])["route"]
+                went[message_id] = {k: (v or b"").decode() for k, v in header_pairs(record)}["route"]
     finally:
         consumer.close()
     return sent, went
@@ -133,6 +133,7 @@ def prefix(kafka_bootstrap: str) -> tuple[str, list[str]]:
 def two_partitions(spark: SparkSession) -> Iterator[None]:
     """The test's queries start with 2 state partitions (as `router run` sets them); restored after."""
     before = spark.conf.get(SHUFFLE_PARTITIONS)
+    assert before is not None, "the tests' session sets its shuffle partitions"
     spark.conf.set(SHUFFLE_PARTITIONS, "2")
     yield
     spark.conf.set(SHUFFLE_PARTITIONS, before)
@@ -151,9 +152,12 @@ def job(spark: SparkSession, bootstrap: str, prefix: str, checkpoint_dir: str) -
     return RouterJob(spark, settings)
 
 
-def test_checkpoint_files_are_read_written_and_repaired_on_hdfs_by_hadoop_s_own_client(spark, hdfs_url):
+def test_checkpoint_files_are_read_written_and_repaired_on_hdfs_by_hadoop_s_own_client(
+    spark: SparkSession, hdfs_url: str
+) -> None:
     conf = spark._jsc.hadoopConfiguration()
     jvm = spark._jvm
+    assert jvm is not None
 
     def file_system(url: str) -> str:
         return str(jvm.org.apache.hadoop.fs.Path(url).getFileSystem(conf).getClass().getName())
@@ -195,12 +199,12 @@ def test_checkpoint_files_are_read_written_and_repaired_on_hdfs_by_hadoop_s_own_
 
 
 def test_a_router_resumes_from_its_checkpoint_on_hdfs_and_checkpoint_show_reads_it(
-    spark,
-    kafka_bootstrap,
-    prefix,
-    hdfs_url,
-    two_partitions,
-):
+    spark: SparkSession,
+    kafka_bootstrap: str,
+    prefix: tuple[str, list[str]],
+    hdfs_url: str,
+    two_partitions: None,
+) -> None:
     """400 new conversations; the router stops mid-stream after two batches of 100; 200 more
     arrive; a second router resumes from the HDFS checkpoint. Every message is sent once (at most a
     batch in flight twice), and the turn of the equal routes runs on across the restart (its
@@ -224,7 +228,7 @@ def test_a_router_resumes_from_its_checkpoint_on_hdfs_and_checkpoint_show_reads_
     assert isinstance(first.checkpoint, HadoopPath) and str(first.checkpoint) == f"{checkpoint_dir}/query"
     first.replay(timeout_s=300, on_batch=on_batch, stop=stop)
     first.close()
-    assert stop.is_set() and 2 <= len(reports) and first.routed < len(first_wave), (
+    assert stop.is_set() and len(reports) >= 2 and first.routed < len(first_wave), (
         len(reports),
         first.routed,
     )

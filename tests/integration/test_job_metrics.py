@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 from test_streaming_job import I1, I2, message, produce
 
 from streaming import topics
@@ -23,7 +24,9 @@ from streaming.tables.topic_io import publish_catalogs, put_route
 pytestmark = pytest.mark.integration
 
 
-def job_with_metrics(spark, bootstrap: str, prefix: str, checkpoint: Path) -> tuple[RouterJob, RouterMetrics]:  # type: ignore[no-untyped-def]
+def job_with_metrics(
+    spark: SparkSession, bootstrap: str, prefix: str, checkpoint: Path
+) -> tuple[RouterJob, RouterMetrics]:
     settings = load_settings(
         None, instance="i1", bootstrap=bootstrap, topic_prefix=prefix, checkpoint_dir=str(checkpoint)
     )
@@ -36,7 +39,9 @@ def held(metrics: RouterMetrics) -> tuple[int, int]:
     return messages, conversations
 
 
-def test_the_delayed_gauges_follow_the_state_and_survive_a_restart(spark, kafka_bootstrap, tmp_path):  # type: ignore[no-untyped-def]
+def test_the_delayed_gauges_follow_the_state_and_survive_a_restart(
+    spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
+) -> None:
     prefix = f"m{uuid.uuid4().hex[:10]}"
     # Nothing falls due during the test: what is delayed stays held (D1, D2).
     publish_catalogs(kafka_bootstrap, [replace(I1, retry_s=600.0), I2], topics.catalogs_topic(prefix))
@@ -59,7 +64,7 @@ def test_the_delayed_gauges_follow_the_state_and_survive_a_restart(spark, kafka_
     assert metrics.held.is_ready, "a new checkpoint holds nothing to read first"
     assert held(metrics) == (3, 2)
     assert len(job.waiting()) == 3
-    messages, conversations, oldest = metrics.held.figures("i1", time.time())
+    *_, oldest = metrics.held.figures("i1", time.time())
     assert 0 <= oldest < 300
     # What the state store holds after the last committed batch, read as a restarted job reads it.
     last = max(int(p.name) for p in (checkpoint / "query" / "commits").iterdir() if p.name.isdigit())

@@ -6,28 +6,34 @@ from __future__ import annotations
 
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 
 from streaming.spark.session import CHECKPOINT_FILE_MANAGER, LOCAL_FILE_SYSTEM
 
 pytestmark = pytest.mark.integration
 
 
-def _local_fs(spark):  # type: ignore[no-untyped-def]
+def _local_fs(spark: SparkSession) -> tuple[Any, Any]:
+    """The driver's JVM and its local Hadoop file system (py4j proxies)."""
     jvm = spark._jvm
+    assert jvm is not None
     conf = spark._jsc.hadoopConfiguration()
     return jvm, jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("file:///"), conf)
 
 
-def test_the_session_uses_the_router_file_system_and_checkpoint_manager(spark):
+def test_the_session_uses_the_router_file_system_and_checkpoint_manager(spark: SparkSession) -> None:
     _, fs = _local_fs(spark)
     assert fs.getClass().getName() == LOCAL_FILE_SYSTEM
     assert spark.conf.get("spark.sql.streaming.checkpointFileManagerClass") == CHECKPOINT_FILE_MANAGER
 
 
 @pytest.mark.parametrize("mode", [0o640, 0o600, 0o755, 0o444])
-def test_a_file_created_gets_the_permission_asked_for_and_a_checksum(spark, tmp_path: Path, mode: int):
+def test_a_file_created_gets_the_permission_asked_for_and_a_checksum(
+    spark: SparkSession, tmp_path: Path, mode: int
+) -> None:
     jvm, fs = _local_fs(spark)
     path = tmp_path / "offsets" / "0"
     permission = jvm.org.apache.hadoop.fs.permission.FsPermission(mode)
@@ -42,7 +48,7 @@ def test_a_file_created_gets_the_permission_asked_for_and_a_checksum(spark, tmp_
     assert (path.parent / ".0.crc").is_file()  # the checksums of Hadoop's local file system are kept
 
 
-def test_set_permission_changes_the_mode_of_an_existing_file(spark, tmp_path: Path):
+def test_set_permission_changes_the_mode_of_an_existing_file(spark: SparkSession, tmp_path: Path) -> None:
     jvm, fs = _local_fs(spark)
     path = tmp_path / "f"
     path.write_bytes(b"x")

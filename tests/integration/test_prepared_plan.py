@@ -7,6 +7,7 @@ processor's); the kept query over it writes to a real Kafka topic, so what it wr
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -48,14 +49,14 @@ def values(bootstrap: str, topic: str) -> list[str]:
             record = consumer.poll(10.0)
             assert record is not None, f"{topic}: read {len(out)} of {sum(ends.values())} records"
             if not record.error():
-                out.append(record.value().decode())
+                out.append((record.value() or b"").decode())
     finally:
         consumer.close()
     return out
 
 
 def test_each_batch_runs_the_kept_query_alone_with_its_own_metrics(
-    spark: SparkSession, kafka_bootstrap: str, unique_topic
+    spark: SparkSession, kafka_bootstrap: str, unique_topic: Callable[[str], str]
 ) -> None:
     topic = unique_topic("prepared")
     ensure_topics(kafka_bootstrap, [topic])
@@ -86,7 +87,9 @@ def under_an_rdd(frame: DataFrame) -> DataFrame:
 
 
 @pytest.mark.parametrize("where", ["in the plan", "under an RDD"])
-def test_a_query_with_a_shuffle_of_its_own_is_not_kept(spark: SparkSession, unique_topic, where: str) -> None:
+def test_a_query_with_a_shuffle_of_its_own_is_not_kept(
+    spark: SparkSession, unique_topic: Callable[[str], str], where: str
+) -> None:
     # Its shuffle's map outputs would be read again, for the next batch, as if they were new.
     topic = unique_topic("prepared")
 

@@ -25,6 +25,7 @@ from streaming.cli import main
 from streaming.config import load_settings
 from streaming.kafka.admin import cluster_metadata, ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
+from streaming.kafka.consuming import header_pairs
 from streaming.rules.model import Database, Instance, Route
 from streaming.spark.job import RouterJob
 from streaming.tables.topic_io import publish_catalogs, put_route
@@ -73,7 +74,7 @@ def drop(
         source = (
             topics.outbound_topic("i1", prefix) if kind == "outbound" else topics.inbound_topic("i1", prefix)
         )
-        headers = [
+        headers: list[tuple[str, str | bytes | None]] = [
             ("outcome", b"dropped"),
             ("reason", reason.encode()),
             ("scope", b"AW" if kind == "outbound" else b"msdb"),
@@ -114,7 +115,7 @@ def read_committed(bootstrap: str, topic: str) -> list[tuple[bytes | None, dict[
                 assert error.code() == KafkaError._PARTITION_EOF, error.str()
                 left.discard(record.partition() or 0)
                 continue
-            headers = {k: (v or b"").decode() for k, v in (record.headers() or [])}
+            headers = {k: (v or b"").decode() for k, v in header_pairs(record)}
             out.append((record.key(), headers, record.value()))
     finally:
         consumer.close()

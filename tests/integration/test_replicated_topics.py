@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import ConfigResource, NewTopic
+from pyspark.sql import SparkSession
 
 from streaming import topics
 from streaming.config import load_settings
@@ -54,9 +55,9 @@ def min_insync(bootstrap: str, names: list[str]) -> dict[str, str]:
 
 def test_the_routers_topics_get_three_replicas_and_two_in_sync_and_a_thinner_one_is_reported_once(
     three_brokers: str,
-    spark,
+    spark: SparkSession,
     tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,  # type: ignore[no-untyped-def]
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     prefix = f"r{uuid.uuid4().hex[:10]}"
     # The commands' topics: the catalogs and routes topics, created by `catalogs load` and `routes load`.

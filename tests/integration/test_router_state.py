@@ -75,15 +75,17 @@ class Keeper:
     def step(
         self,
         messages: list[dict[str, object]],
-        choices: list[dict[str, str]] | None = None,
+        choices: list[dict[str, object]] | None = None,
         delayed: list[dict[str, object]] | None = None,
     ) -> list[Row]:
         """Add the rows as new files, run the query over them, return the rows it emitted."""
-        given = dict(zip(SOURCES, (messages, choices or [], delayed or []), strict=True))
-        for name, rows in given.items():
-            if rows:
+        given: dict[str, list[dict[str, object]]] = dict(
+            zip(SOURCES, (messages, choices or [], delayed or []), strict=True)
+        )
+        for name, records in given.items():
+            if records:
                 (self.folder / name / f"{uuid.uuid4().hex}.json").write_text(
-                    "\n".join(json.dumps(r, default=str) for r in rows), encoding="utf-8"
+                    "\n".join(json.dumps(r, default=str) for r in records), encoding="utf-8"
                 )
         read = self.spark.readStream
         stream = read.schema(self.schema).json(str(self.folder / "messages"))
@@ -133,7 +135,9 @@ def message(
     }
 
 
-def choice(address: str, conversation: str = "c1", service: str = "S", at: datetime = NOW) -> dict[str, str]:
+def choice(
+    address: str, conversation: str = "c1", service: str = "S", at: datetime = NOW
+) -> dict[str, object]:
     value = {
         "instance": "i1",
         "conversation_id": conversation,

@@ -195,8 +195,10 @@ def test_a_bad_file_publishes_nothing(kafka_bootstrap: str, prefix: str, tmp_pat
     bad.write_text("USE AW\nALTER ROUTE missing WITH LIFETIME = 5\n")
     with pytest.raises(ConfigError, match=r"bad\.sql:2: route AW/missing: cannot alter"):
         run_command(
-            ["routes", "load", str(good), str(bad), "--instance", "i1", "--bootstrap", kafka_bootstrap]
-            + ["--topic-prefix", prefix]
+            [
+                *("routes", "load", str(good), str(bad), "--instance", "i1"),
+                *("--bootstrap", kafka_bootstrap, "--topic-prefix", prefix),
+            ]
         )
     assert read_route_table(kafka_bootstrap, routes_topic(prefix))[0] == ()
 

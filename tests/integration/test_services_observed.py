@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
+from pyspark.sql import SparkSession
 
 from streaming import topics
 from streaming.config import load_settings
@@ -75,7 +76,7 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 def get(url: str) -> tuple[int, bytes]:
     """The status and body of a GET (a 503 is an answer here, not an error)."""
     try:
-        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 (a loopback test server)
+        with urllib.request.urlopen(url, timeout=10) as response:  # a loopback test server
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()
@@ -253,7 +254,7 @@ def test_an_endpoint_counts_resends_a_duplicate_and_a_malformed_record_and_goes_
 
 
 @pytest.fixture
-def router(spark, kafka_bootstrap: str, prefix: str, tmp_path: Path) -> Iterator[RouterJob]:  # type: ignore[no-untyped-def]
+def router(spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path) -> Iterator[RouterJob]:
     """i1's router, routing continuously until the test ends (AW's LOCAL route carries both ways)."""
     settings = load_settings(
         None,
@@ -444,10 +445,10 @@ def test_router_directory_serve_serves_its_metrics_on_the_port_it_is_given(
     port = free_port()
     log = tmp_path / "directory.log"
     command = ["directory", "serve", str(directory), "--instance", "i1", "--bootstrap", kafka_bootstrap]
+    command += ["--topic-prefix", prefix, "--metrics-port", str(port)]
     with log.open("ab") as output:
         process = subprocess.Popen(
-            [sys.executable, "-m", "streaming.cli", *command, "--topic-prefix", prefix]
-            + ["--metrics-port", str(port)],
+            [sys.executable, "-m", "streaming.cli", *command],
             cwd=ROOT,
             stdout=output,
             stderr=subprocess.STDOUT,
@@ -465,10 +466,11 @@ def test_router_directory_serve_serves_its_metrics_on_the_port_it_is_given(
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGINT)
         code = process.wait(60)
-    output = log.read_text()
-    assert code == 0, output
+    printed = log.read_text()
+    assert code == 0, printed
     assert (
-        "AW asked for Remote: created route directory:Remote" in output and "1 request(s) answered" in output
+        "AW asked for Remote: created route directory:Remote" in printed
+        and "1 request(s) answered" in printed
     )
     assert closed(at)
 
@@ -499,7 +501,7 @@ def test_the_directory_service_is_unhealthy_while_its_broker_is_away(tmp_path: P
                     wait_until(lambda: status_of(at) == 200, "a healthy service", timeout_s=60)
                     broker.stop()
                     wait_until(lambda: status_of(at) == 503, "an unhealthy service", timeout_s=60)
-                    status, body = health(at)
+                    _, body = health(at)
                     assert "Kafka has not answered the loop for" in body["reason"], body
                     assert body["last_poll"]["age_s"] < 5.0  # the loop goes on polling meanwhile
                     broker.start(detach=False)

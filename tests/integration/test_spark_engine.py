@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import replace
@@ -26,6 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.errors import IllegalArgumentException
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from streaming.contract import CHOICE_STEPS, MATCH_STEPS
@@ -57,7 +59,7 @@ T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
-def spark_decider(spark) -> SparkDecider:  # type: ignore[no-untyped-def]
+def spark_decider(spark: SparkSession) -> SparkDecider:
     return SparkDecider(spark)
 
 
@@ -386,7 +388,7 @@ def rotations(draw: st.DrawFn) -> tuple[str, int, int, tuple[Route, ...], list[l
             arrivals.append(Message(f"m{number}-{again}-{len(arrivals)}", new[again], "Orders", "AW"))
     cuts = sorted(draw(st.sets(st.integers(1, len(arrivals) - 1), max_size=4)))
     bounds = [0, *cuts, len(arrivals)]
-    batches = [arrivals[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    batches = [arrivals[a:b] for a, b in itertools.pairwise(bounds)]
     return kind, k, n, tuple(routes), batches
 
 
@@ -430,7 +432,7 @@ def test_k_times_n_new_conversations_use_each_equal_option_k_times(
     check()
 
 
-def test_the_decided_time_is_the_batch_time_as_spark_writes_it(spark) -> None:  # type: ignore[no-untyped-def]
+def test_the_decided_time_is_the_batch_time_as_spark_writes_it(spark: SparkSession) -> None:
     """`d_decided_at` (the headers' `decided_at`), made once per batch time in the JVM, on every row.
 
     It must read as Spark's `date_format` of `batch_ms` in `TIME_FORMAT` would: the delayed topic's
@@ -459,7 +461,7 @@ def test_the_decided_time_is_the_batch_time_as_spark_writes_it(spark) -> None:  
     assert all(r["outcome"] is None for r in got if r["error"] is not None)
 
 
-def test_a_snapshot_route_is_an_array_of_its_fields_and_a_wrong_one_is_refused(spark) -> None:  # type: ignore[no-untyped-def]
+def test_a_snapshot_route_is_an_array_of_its_fields_and_a_wrong_one_is_refused(spark: SparkSession) -> None:
     """The snapshot's JSON gives a route as an array of `ROUTE_FIELDS` (half the text of an object
     per route); the JVM reads them by position and refuses an array of another length."""
     instance = Instance("i1", OWN, (Database("AW", GUIDS[0], True, ("Orders",)),))
@@ -468,13 +470,14 @@ def test_a_snapshot_route_is_an_array_of_its_fields_and_a_wrong_one_is_refused(s
     given = document["instances"][0]["routes"]
     assert given == [[getattr(route, f) for f in ROUTE_FIELDS]]
     jvm = spark._jvm
+    assert jvm is not None
     assert jvm.router.rules.Snapshot.parse(json.dumps(document)).routes() == 1
     given[0] = given[0][:-1]
     with pytest.raises(IllegalArgumentException, match="a route of the snapshot has 5 values, not 6"):
         jvm.router.rules.Snapshot.parse(json.dumps(document))
 
 
-def test_a_snapshot_travels_as_its_json_and_decides_alike_where_it_is_read(spark) -> None:  # type: ignore[no-untyped-def]
+def test_a_snapshot_travels_as_its_json_and_decides_alike_where_it_is_read(spark: SparkSession) -> None:
     """`router.rules.Snapshot` is serialized as its JSON (a broadcast's one serialization) and parsed
     again where it is read (an executor of a cluster): the copy decides as the original does."""
     database = Database("AW", GUIDS[0], True, ("Orders",))
@@ -485,6 +488,7 @@ def test_a_snapshot_travels_as_its_json_and_decides_alike_where_it_is_read(spark
     ]
     original = build_snapshot(spark, {"i1": instance}, routes, now=NOW)
     jvm = spark._jvm
+    assert jvm is not None
     buffer = jvm.java.io.ByteArrayOutputStream()
     out = jvm.java.io.ObjectOutputStream(buffer)
     out.writeObject(original.broadcast.value())
@@ -515,7 +519,7 @@ def test_a_snapshot_travels_as_its_json_and_decides_alike_where_it_is_read(spark
     assert {r["outcome"] for r in decisions[0]} >= {"send", "delayed"}
 
 
-def test_a_built_snapshot_says_how_its_batches_are_decided(spark) -> None:  # type: ignore[no-untyped-def]
+def test_a_built_snapshot_says_how_its_batches_are_decided(spark: SparkSession) -> None:
     """The flags a batch's shape follows, all from one build: B4 and C5/M3 decide a batch in one
     pass (the JVM snapshot's own answer, which the state processor reads too), T1 names topics per
     batch, R6's next expiry ends the snapshot, and an expired route counts for none of them."""

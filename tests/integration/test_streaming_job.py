@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from pyspark.sql import SparkSession
 
 from streaming import topics
 from streaming.config import load_settings
@@ -26,6 +27,7 @@ from streaming.contract import MESSAGE_HEADERS
 from streaming.directory import Answer, DirectoryService, parse_directory
 from streaming.kafka.admin import end_offsets, ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
+from streaming.kafka.consuming import header_pairs
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, Database, Instance, Route, normalize_address
 from streaming.spark.job import RouterJob
 from streaming.tables.reader import read_routes
@@ -68,7 +70,7 @@ def read_all(bootstrap: str, topic: str) -> list[tuple[dict[str, str], bytes | N
                 raise AssertionError(f"{topic}: read {len(out)} of {total} records before timing out")
             if msg.error():
                 continue
-            out.append(({k: v.decode() for k, v in (msg.headers() or [])}, msg.value()))
+            out.append(({k: (v or b"").decode() for k, v in header_pairs(msg)}, msg.value()))
     finally:
         consumer.close()
     return out
@@ -113,7 +115,9 @@ def prefix(kafka_bootstrap: str) -> str:
     return name
 
 
-def router_job(spark, kafka_bootstrap: str, prefix: str, tmp_path: Path, instance: str = "i1") -> RouterJob:  # type: ignore[no-untyped-def]
+def router_job(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path, instance: str = "i1"
+) -> RouterJob:
     """A job routing `instance` in `prefix`, its checkpoint under `tmp_path` by the instance's name."""
     settings = load_settings(
         None,
@@ -125,15 +129,17 @@ def router_job(spark, kafka_bootstrap: str, prefix: str, tmp_path: Path, instanc
     return RouterJob(spark, settings)
 
 
-def replay(spark, kafka_bootstrap: str, prefix: str, tmp_path: Path, instance: str = "i1") -> RouterJob:  # type: ignore[no-untyped-def]
+def replay(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path, instance: str = "i1"
+) -> RouterJob:
     job = router_job(spark, kafka_bootstrap, prefix, tmp_path, instance)
     job.replay(timeout_s=300)
     return job
 
 
 def test_routes_each_message_to_its_destination_with_decision_headers(
-    spark, kafka_bootstrap, prefix, tmp_path
-):
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     # One delay, never released: retry_s far beyond the replay, however slow the machine is.
     publish_catalogs(kafka_bootstrap, [replace(I1, retry_s=600.0)], topics.catalogs_topic(prefix))
     produce(
@@ -194,7 +200,9 @@ def test_routes_each_message_to_its_destination_with_decision_headers(
     assert dropped[0][0]["source_topic"] == topics.inbound_topic("i1", prefix)
 
 
-def test_an_aborted_transaction_in_the_input_is_not_routed(spark, kafka_bootstrap, prefix, tmp_path):
+def test_an_aborted_transaction_in_the_input_is_not_routed(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """The query reads committed records only (`READ_COMMITTED`): what `router redrive` aborts, or
     leaves unfinished when it is killed, is never routed."""
     outbound = topics.outbound_topic("i1", prefix)
@@ -214,7 +222,9 @@ def test_an_aborted_transaction_in_the_input_is_not_routed(spark, kafka_bootstra
     assert job.routed == 2
 
 
-def test_malformed_records_are_dead_lettered_and_the_query_goes_on(spark, kafka_bootstrap, prefix, tmp_path):
+def test_malformed_records_are_dead_lettered_and_the_query_goes_on(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     produce(
         kafka_bootstrap,
         topics.outbound_topic("i1", prefix),
@@ -244,7 +254,9 @@ def test_malformed_records_are_dead_lettered_and_the_query_goes_on(spark, kafka_
     assert sorted(decode_message(v)["conversation_id"] for _, v in delivered) == ["c1", "c2"]
 
 
-def test_a_restart_from_the_checkpoint_routes_only_new_records(spark, kafka_bootstrap, prefix, tmp_path):
+def test_a_restart_from_the_checkpoint_routes_only_new_records(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     outbound = topics.outbound_topic("i1", prefix)
     produce(kafka_bootstrap, outbound, [("c1", message("c1", "Audit"))])
     assert replay(spark, kafka_bootstrap, prefix, tmp_path).routed == 1
@@ -255,8 +267,8 @@ def test_a_restart_from_the_checkpoint_routes_only_new_records(spark, kafka_boot
 
 
 def test_a_batch_refused_at_the_stop_is_planned_again_without_a_repair_warning(
-    spark, kafka_bootstrap, prefix, tmp_path, caplog
-):
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A batch that begins once a stop was asked for refuses to run; Spark has logged its offsets
     by then. The stop removes them, so the next start has no uncommitted batch to repair (and no
     warning meant for a crash to print), and it routes the refused batch's records."""
@@ -287,7 +299,9 @@ def test_a_batch_refused_at_the_stop_is_planned_again_without_a_repair_warning(
     assert sorted(decode_message(v)["conversation_id"] for _, v in delivered) == ["c1", "c2"]
 
 
-def test_a_finished_job_is_freed_once_its_caller_lets_go_of_it(spark, kafka_bootstrap, prefix, tmp_path):
+def test_a_finished_job_is_freed_once_its_caller_lets_go_of_it(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     # py4j holds the query's callback (the job's `process_batch`) until the JVM lets go of the
     # query: a job that held its query would never be freed, with its snapshots and JVM objects.
     produce(kafka_bootstrap, topics.outbound_topic("i1", prefix), [("c1", message("c1", "Audit"))])
@@ -296,6 +310,7 @@ def test_a_finished_job_is_freed_once_its_caller_lets_go_of_it(spark, kafka_boot
     job.close()
     gone = weakref.ref(job)
     del job
+    assert spark._jvm is not None
     deadline = time.monotonic() + 30
     while gone() is not None and time.monotonic() < deadline:
         gc.collect()
@@ -304,7 +319,9 @@ def test_a_finished_job_is_freed_once_its_caller_lets_go_of_it(spark, kafka_boot
     assert gone() is None
 
 
-def test_a_route_created_while_messages_wait_releases_them_in_order(spark, kafka_bootstrap, prefix, tmp_path):
+def test_a_route_created_while_messages_wait_releases_them_in_order(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """D1-D3: the conversation waits on the delayed topic; after a route appears it leaves in order."""
     outbound = topics.outbound_topic("i1", prefix)
     produce(kafka_bootstrap, outbound, [("c9", message("c9", "Remote", n)) for n in range(3)])
@@ -343,7 +360,9 @@ def test_a_route_created_while_messages_wait_releases_them_in_order(spark, kafka
     assert [decode_message(v)["attempt"] for _, v in sent] == [1, 1, 1, 0]
 
 
-def test_replay_drains_delayed_messages_as_they_fall_due(spark, kafka_bootstrap, prefix, tmp_path):
+def test_replay_drains_delayed_messages_as_they_fall_due(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """D2: the replay's drain re-routes a delayed conversation when due, against the routes then."""
     outbound = topics.outbound_topic("i1", prefix)
     produce(kafka_bootstrap, outbound, [("c7", message("c7", "Later", n)) for n in range(2)])
@@ -365,8 +384,8 @@ def test_replay_drains_delayed_messages_as_they_fall_due(spark, kafka_bootstrap,
 
 
 def test_a_conversation_keeps_its_route_across_batches_and_a_restart(
-    spark, kafka_bootstrap, prefix, tmp_path
-):
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """K2: an unpinned conversation keeps the route of its first message when a route is added.
 
     c1 and c4 take the two routes in turn (C5); a third appears; the job is started again from its
@@ -399,8 +418,8 @@ def test_a_conversation_keeps_its_route_across_batches_and_a_restart(
 
 
 def test_a_choice_made_with_one_option_is_kept_by_the_state_processor_itself(
-    spark, kafka_bootstrap, prefix, tmp_path
-):
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """K2: with no set of equal options (the batch is not decided in one pass), the state processor
     keeps a conversation's choice in its state as the batch is decided: nothing goes round the
     choices topic, and the choice holds across a restart once a second option appears.
@@ -429,8 +448,8 @@ def test_a_choice_made_with_one_option_is_kept_by_the_state_processor_itself(
 
 
 def test_records_on_the_choices_topic_that_are_not_choices_are_ignored(
-    spark, kafka_bootstrap, prefix, tmp_path
-):
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """K2: only a choice record with an address keeps a route; any other value on the topic is read
     past, and the conversations it names choose as if it were not there (C5: in turn)."""
     choices = topics.choices_topic("i1", prefix)
@@ -484,8 +503,8 @@ def routes_taken(bootstrap: str, network: list[str]) -> dict[str, str]:
 
 
 def test_new_conversations_take_equal_routes_in_turn_and_a_restart_continues_the_turn(
-    spark, kafka_bootstrap, prefix, tmp_path
-):
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """C5: k x n new conversations use each of n equal routes k times, across a restart.
 
     Three equal routes; two conversations in a first run, four more in a second run started from
@@ -510,8 +529,8 @@ def test_new_conversations_take_equal_routes_in_turn_and_a_restart_continues_the
 
 
 def test_a_missing_route_is_asked_for_once_until_a_route_for_it_appears(
-    spark, kafka_bootstrap, prefix, tmp_path
-):
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """M4, B2-B7 through Kafka: one MissingRoute request per service, outstanding across restarts.
 
     The request is a message to the dynamic routing service, routed like any other (here to its
@@ -564,7 +583,9 @@ def test_a_missing_route_is_asked_for_once_until_a_route_for_it_appears(
     assert len(read_all(kafka_bootstrap, outbound)) == 4
 
 
-def test_the_directory_answers_missing_routes_while_the_router_runs(spark, kafka_bootstrap, prefix, tmp_path):
+def test_the_directory_answers_missing_routes_while_the_router_runs(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """B1-B9 with the dynamic routing service (`streaming.directory`) and the router both running.
 
     Remote is in the directory: the service creates its route and ends the request, and c1's three
@@ -636,8 +657,8 @@ def test_the_directory_answers_missing_routes_while_the_router_runs(spark, kafka
 
 
 def test_a_destination_the_broker_refuses_costs_only_its_own_messages(
-    spark, kafka_bootstrap, prefix, tmp_path
-):
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """A queue topic the broker will not create (its name collides with an existing topic's, `.`
     against `_`): its messages are dropped with `destination_unavailable` and the broker's error;
     the rest of the batch is routed, and the stream goes on."""
@@ -659,7 +680,9 @@ def test_a_destination_the_broker_refuses_costs_only_its_own_messages(
     assert [decode_message(v)["conversation_id"] for _, v in sent] == ["c2"]
 
 
-def test_each_instance_routes_what_arrives_by_its_own_msdb_table(spark, kafka_bootstrap, prefix, tmp_path):
+def test_each_instance_routes_what_arrives_by_its_own_msdb_table(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """Routing tables are per instance: i1's msdb LOCAL route (the fixture's) is not i2's (S3, M7)."""
     inbound = topics.inbound_topic("i2", prefix)
     produce(kafka_bootstrap, inbound, [("p1", message("p1", "OrderParts", origin=None))])
@@ -687,7 +710,9 @@ def test_each_instance_routes_what_arrives_by_its_own_msdb_table(spark, kafka_bo
     ]
 
 
-def test_each_side_of_a_conversation_keeps_its_own_order(spark, kafka_bootstrap, prefix, tmp_path):
+def test_each_side_of_a_conversation_keeps_its_own_order(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """D1 delays a conversation endpoint: both ends of c9 are in i1, and the target's reply does not
     wait behind the initiator's delayed message, in the batch or in the state store."""
     publish_catalogs(kafka_bootstrap, [replace(I1, retry_s=600.0)], topics.catalogs_topic(prefix))
@@ -719,7 +744,9 @@ def test_each_side_of_a_conversation_keeps_its_own_order(spark, kafka_bootstrap,
     ]
 
 
-def test_one_query_routes_several_instances_each_by_its_own_tables(spark, kafka_bootstrap, prefix, tmp_path):
+def test_one_query_routes_several_instances_each_by_its_own_tables(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """`instances: [i1, i2]`: one query carries i1's message to i2 and delivers it there, each decided
     by its own instance's tables (i1's AW routes, then i2's msdb), each with its own topics."""
     put_route(kafka_bootstrap, "i2", Route("msdb", "AutoCreatedLocal", "LOCAL"), topics.routes_topic(prefix))
@@ -763,7 +790,9 @@ def test_one_query_routes_several_instances_each_by_its_own_tables(spark, kafka_
     assert read_all(kafka_bootstrap, topics.deadletter_topic("i1", prefix)) == []
 
 
-def test_a_forwarder_holds_at_most_its_forward_size_in_flight(spark, kafka_bootstrap, prefix, tmp_path):
+def test_a_forwarder_holds_at_most_its_forward_size_in_flight(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """F5: what one micro-batch forwards is in flight together and stays within forward_size_mb (1 MB
     here): of four 300,000-byte messages, those that would push it over are discarded with
     forward_buffer_full; the next batch has the whole budget again."""
@@ -810,7 +839,9 @@ def test_a_forwarder_holds_at_most_its_forward_size_in_flight(spark, kafka_boots
     assert [decode_message(v)["message_id"] for _, v in again[len(forwarded) :]] == ["b9:9"]
 
 
-def test_a_forwarder_discards_a_message_whose_lifetime_has_run_out(spark, kafka_bootstrap, prefix, tmp_path):
+def test_a_forwarder_discards_a_message_whose_lifetime_has_run_out(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
     """F3 through the stream: a message's lifetime is read at the batch's time, from when it expires
     or, without that, from its time to live; one whose lifetime has run out is discarded with
     lifetime_expired, one with time left or no lifetime is forwarded with one hop less."""

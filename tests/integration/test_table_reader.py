@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -293,7 +294,7 @@ def test_use_databases_brings_back_the_routes_of_a_new_database(
 # --- the incremental reader ----------------------------------------------------------------------
 
 
-def poll_until_changed(reader: TableReader[object], timeout: float = 20.0) -> None:
+def poll_until_changed(reader: TableReader[Any], timeout: float = 20.0) -> None:
     """Call poll() until it reports a change; the consumer fetches in the background meanwhile."""
     deadline = time.monotonic() + timeout
     while not reader.poll():

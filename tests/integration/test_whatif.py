@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from streaming import topics
 from streaming.cli import main
@@ -117,8 +118,12 @@ def whatif(bootstrap: str, prefix: str, *args: str) -> int:
 
 
 def test_the_moved_and_the_dropped_route_change_exactly_their_messages(
-    spark, kafka_bootstrap: str, recorded: tuple[str, Path], capsys, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+    spark: SparkSession,
+    kafka_bootstrap: str,
+    recorded: tuple[str, Path],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
     prefix, folder = recorded
     before = offsets_of(kafka_bootstrap, prefix)
     chart = tmp_path / "changes.png"
@@ -166,8 +171,8 @@ def test_the_moved_and_the_dropped_route_change_exactly_their_messages(
 
 
 def test_the_table_for_people_and_a_window_of_the_last_records(
-    spark, kafka_bootstrap: str, recorded: tuple[str, Path], capsys
-) -> None:  # type: ignore[no-untyped-def]
+    spark: SparkSession, kafka_bootstrap: str, recorded: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     prefix, folder = recorded
     before = offsets_of(kafka_bootstrap, prefix)
     assert whatif(kafka_bootstrap, prefix, str(folder / "change.sql"), "--max", "10") == 0
@@ -204,8 +209,8 @@ def test_the_table_for_people_and_a_window_of_the_last_records(
 
 
 def test_bad_input_is_one_line_and_writes_nothing(
-    kafka_bootstrap: str, recorded: tuple[str, Path], capsys, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+    kafka_bootstrap: str, recorded: tuple[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     prefix, folder = recorded
     before = offsets_of(kafka_bootstrap, prefix)
     names = topic_names(kafka_bootstrap)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -222,7 +223,7 @@ def test_every_truncation_of_a_message_is_malformed() -> None:
 
 
 def test_trailing_bytes_are_malformed() -> None:
-    with pytest.raises(MalformedRecord, match="only .* form a record"):
+    with pytest.raises(MalformedRecord, match=r"only .* form a record"):
         avro.decode_message(_valid_message_bytes() + b"\x00")
 
 
@@ -237,14 +238,12 @@ def test_error_names_schema_and_size_and_chains_the_cause() -> None:
 @given(st.binary(max_size=64))
 def test_arbitrary_bytes_decode_or_raise_malformed(data: bytes) -> None:
     for decode in (avro.decode_message, avro.decode_route, avro.decode_catalog):
-        try:
+        with contextlib.suppress(MalformedRecord):
             decode(data)
-        except MalformedRecord:
-            pass
 
 
 def test_encode_rejects_unknown_and_mistyped_fields() -> None:
-    with pytest.raises(MalformedRecord, match="unknown field.*colour"):
+    with pytest.raises(MalformedRecord, match=r"unknown field.*colour"):
         avro.encode_route({"scope": "AW", "name": "r", "address": "LOCAL", "colour": "red"})
     with pytest.raises(MalformedRecord, match="hops_remaining"):
         avro.encode_message({**avro.decode_message(_valid_message_bytes()), "hops_remaining": "many"})

@@ -67,7 +67,7 @@ def test_kafka_is_pinned_kraft_and_answers_where_the_embedded_broker_does(compos
     assert "EXTERNAL://0.0.0.0:19092" in env["KAFKA_LISTENERS"].split(",")
     assert f"EXTERNAL://{HOST}:{DEFAULT_PORT}" in env["KAFKA_ADVERTISED_LISTENERS"].split(",")
     assert published(kafka)[DEFAULT_PORT] == (HOST, DEFAULT_PORT)
-    assert DEFAULT_BOOTSTRAP == f"{HOST}:{DEFAULT_PORT}"
+    assert f"{HOST}:{DEFAULT_PORT}" == DEFAULT_BOOTSTRAP
     assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "true"  # as the embedded broker, see its docstring
 
 

@@ -123,7 +123,7 @@ def test_a_message_the_classifier_cannot_place_ends_its_dialog_with_the_reason()
     )
     (fail,) = reply.steps
     assert (fail.act, fail.code) == (Act.FAIL_IN, CLASSIFY_FAILED)
-    assert "SalesRouter could not route the conversation: the classifier gave no service" == fail.description
+    assert fail.description == "SalesRouter could not route the conversation: the classifier gave no service"
 
 
 def test_redirect_mode_answers_with_the_target_and_ends() -> None:

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -121,7 +122,7 @@ def ack(conversation: str, through: int, *, from_initiator: bool = False, bid: s
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> DialogStore:
+def store(tmp_path: Path) -> Iterator[DialogStore]:
     s = DialogStore(tmp_path / "endpoint.db")
     yield s
     s.close()

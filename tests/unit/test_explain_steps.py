@@ -11,6 +11,7 @@ the tier that chose is its choice step). Generated cases do the same over random
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -37,6 +38,7 @@ from streaming.rules.model import (
     REMOTE,
     ChoiceKey,
     Decision,
+    Instance,
     Message,
     MirrorRole,
     Outcome,
@@ -52,7 +54,9 @@ SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 FILES = sorted(SCENARIOS.rglob("*.yaml"))
 
 
-def snapshot_of(table: list[Route], inst=None, mirrors=None) -> RouteSnapshot:  # type: ignore[no-untyped-def]
+def snapshot_of(
+    table: list[Route], inst: Instance | None = None, mirrors: Mapping[str, MirrorRole] | None = None
+) -> RouteSnapshot:
     return RouteSnapshot.of(
         RoutingBatch(
             instance=inst or instance(), routes=tuple(table), messages=(), now=NOW, mirrors=mirrors or {}

@@ -9,7 +9,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from streaming.errors import ConfigError
@@ -53,8 +53,8 @@ def test_a_batch_s_counts_give_its_outcomes_releases_and_dead_letters() -> None:
     assert m.counts[Counted("i1", "send", "", True, "")] == 3
 
 
-def samples(registry: object) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = generate_latest(registry).decode()  # type: ignore[arg-type]
+def samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(registry).decode()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -53,7 +54,7 @@ def test_prints_one_json_object_per_decision(capsys: pytest.CaptureFixture[str])
 def test_bad_scenario_is_a_config_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("instance: 3\n")
-    with pytest.raises(ConfigError, match="bad.yaml"):
+    with pytest.raises(ConfigError, match=re.escape("bad.yaml")):
         resolve.run(parse(["resolve", str(bad)]))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 import pytest
@@ -29,9 +30,9 @@ def catalog_value(instance: Instance) -> bytes:
     return encode_catalog(catalog_to_record(instance))
 
 
-def refusal(call: object, *args: object) -> str:
+def refusal(call: Callable[..., object], *args: object) -> str:
     with pytest.raises((ConfigError, MalformedRecord)) as info:
-        call(*args)  # type: ignore[operator]
+        call(*args)
     return str(info.value)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from streaming.commands.whatif import format_report
 from streaming.errors import ConfigError
 from streaming.rules.model import Route
-from streaming.tables.operations import route_key
+from streaming.tables.operations import RouteOperation, route_key
 from streaming.tables.plan import planned_tables
 from streaming.whatif import (
     Fate,
@@ -84,7 +85,7 @@ LIVE = {
 DATABASES = {"i1": frozenset({"AW", "msdb"}), "i2": frozenset({"Parts", "msdb"})}
 
 
-def operations(tmp_path: Path, name: str, text: str) -> list:  # type: ignore[type-arg]
+def operations(tmp_path: Path, name: str, text: str) -> list[RouteOperation]:
     path = tmp_path / name
     path.write_text(text)
     return route_operations([path], now=NOW, instance="i1")
@@ -123,7 +124,7 @@ def test_a_change_routes_load_would_refuse_is_refused(tmp_path: Path) -> None:
     elsewhere = operations(tmp_path, "scope.yaml", "- {scope: Sales, name: X, address: LOCAL}\n")
     with pytest.raises(ConfigError, match="expected a database of the route's instance"):
         planned_tables(LIVE, elsewhere, DATABASES)
-    with pytest.raises(ConfigError, match="bad.txt: expected a .yaml, .yml or .sql route file"):
+    with pytest.raises(ConfigError, match=re.escape("bad.txt: expected a .yaml, .yml or .sql route file")):
         operations(tmp_path, "bad.txt", "")
     with pytest.raises(ConfigError, match="address"):
         operations(tmp_path, "broken.yaml", "- {scope: AW, name: B, address: 'not an address'}\n")
@@ -191,7 +192,9 @@ def test_newly_delayed_services_leave_out_those_already_delayed() -> None:
     assert report.by_service()["Audit"] == (25, 0)
     document = report.to_json()
     assert document["newly_delayed"] == [{"service": "Orders", "messages": 20, "conversations": 7}]
-    assert document["changes"][1]["to"] == {
+    changes = document["changes"]
+    assert isinstance(changes, list)
+    assert changes[1]["to"] == {
         "topic": "p.i1.delayed",
         "outcome": "delayed",
         "reason": "service_not_found",
