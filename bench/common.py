@@ -30,10 +30,10 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, Producer, Top
 from pyspark.sql import SparkSession
 
 from streaming import topics
+from streaming.devtools.embedded_kafka import EmbeddedKafka
 from streaming.kafka.admin import cluster_metadata, end_offsets, ensure_topics
 from streaming.kafka.avro import encode_route, new_message_record, parsed_schema, route_to_record
 from streaming.kafka.consuming import header_pairs
-from streaming.kafka.embedded import EmbeddedKafka
 from streaming.rules.model import Database, Instance, Route, normalize_address
 from streaming.spark.session import build_session, session_jvm
 from streaming.tables.operations import route_key

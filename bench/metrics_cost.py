@@ -33,7 +33,7 @@ from pyspark.sql import SparkSession
 
 from bench.common import new_prefix, prepare, progress, spark_bench
 from bench.throughput import router_settings
-from streaming.kafka.embedded import free_port
+from streaming.devtools.embedded_kafka import free_port
 from streaming.observe.server import serve
 from streaming.spark.job import RouterJob, input_topics
 from streaming.spark.metrics import RouterMetrics

@@ -2,7 +2,7 @@
 
 usage: python -m bench.scaling [--messages N] [--per-batch N] [--warm-ups N] [--bootstrap HOST:PORT]
 
-For each size, a new cluster (`streaming.spark.standalone`: a master and 1 or 2 workers of 1 core
+For each size, a new cluster (`streaming.devtools.spark_cluster`: a master and 1 or 2 workers of 1 core
 and 1 GiB, on this machine) and a new SparkSession on it: the Spark pass-through and the router
 (10 routes) on the same records, after warm-ups of both (`bench.throughput.measure_throughput`:
 each executor is a new JVM, whose JIT starts cold). The input has two partitions, the router's
@@ -20,9 +20,9 @@ from pathlib import Path
 
 from bench.common import SESSION_JVM_OPTIONS, kafka, progress
 from bench.throughput import Measurement, measure_throughput
-from streaming.kafka.embedded import HOST
+from streaming.devtools.embedded_kafka import HOST
+from streaming.devtools.spark_cluster import StandaloneCluster
 from streaming.spark.session import build_session
-from streaming.spark.standalone import StandaloneCluster
 
 WORKERS = (1, 2)
 MESSAGES = 200_000

@@ -20,7 +20,7 @@ import time
 import uuid
 from pathlib import Path
 
-from streaming.kafka.embedded import EmbeddedKafka
+from streaming.devtools.embedded_kafka import EmbeddedKafka
 from streaming.rules.model import Route
 from streaming.tables.operations import RouteChange
 from streaming.tables.reader import RouteTableReader

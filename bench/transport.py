@@ -40,9 +40,9 @@ from bench.common import (
     progress,
     tuned_producer,
 )
+from streaming.devtools.embedded_kafka import java_executable
 from streaming.jars import kafka_tools_classpath
 from streaming.kafka.admin import ensure_topics
-from streaming.kafka.embedded import java_executable
 
 CONSUME_BATCH = 10_000
 PRODUCER_PERF_CLASS = "org.apache.kafka.tools.ProducerPerformance"

@@ -46,7 +46,7 @@ def kafka_bootstrap() -> Iterator[str]:
     if mode != "embedded":
         raise pytest.UsageError(f"ROUTER_TEST_KAFKA must be 'embedded' or 'docker', got {mode!r}")
 
-    from streaming.kafka.embedded import EmbeddedKafka
+    from streaming.devtools.embedded_kafka import EmbeddedKafka
 
     # Its own temporary dir rather than tmp_path_factory's: pytest prunes old base temp dirs when
     # another pytest run starts, which must not pull the data dir from under a running broker.

@@ -33,12 +33,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streaming import topics
+from streaming.devtools.scenario.check import check_scenario_file
 from streaming.rules.batch import BatchResult, RoutingBatch
 from streaming.rules.choice import Rotation
 from streaming.rules.engine import ReferenceEngine, decide_message
 from streaming.rules.model import Decision, Message, Outcome, Reason
 from streaming.rules.snapshot import RouteSnapshot
-from streaming.scenario.check import check_scenario_file
 from streaming.spark.decision import snapshot_json
 from tests.integration import test_conversation_memory as memory_tests
 from tests.integration import test_spark_engine as engine_tests

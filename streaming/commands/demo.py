@@ -24,13 +24,13 @@ from streaming.commands.kafka import default_state_dir
 from streaming.commands.send import send_records
 from streaming.commands.tail import headers_of
 from streaming.config import load_settings
+from streaming.devtools.embedded_kafka import DEFAULT_PORT, EmbeddedKafka
 from streaming.errors import RouterError
 from streaming.jars import project_root
 from streaming.kafka.admin import end_offsets, topic_names
 from streaming.kafka.avro import new_message_record
 from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import ClientValue, client_config
-from streaming.kafka.embedded import DEFAULT_PORT, EmbeddedKafka
 from streaming.tables.loading import load_catalog_files, load_route_files
 from streaming.tables.topic_io import publish_catalogs, publish_routes
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from streaming.devtools.embedded_kafka import DEFAULT_PORT, HOST, EmbeddedKafka
 from streaming.jars import project_root
-from streaming.kafka.embedded import DEFAULT_PORT, HOST, EmbeddedKafka
 
 STATE_SUBDIR = Path(".state") / "kafka"
 

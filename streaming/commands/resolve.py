@@ -13,11 +13,11 @@ import json
 import sys
 from typing import Any
 
+from streaming.devtools.scenario.loader import load_scenario
+from streaming.devtools.scenario.runner import ScenarioRunner
 from streaming.errors import RouterError
 from streaming.rules.batch import Decider
 from streaming.rules.engine import ReferenceEngine
-from streaming.scenario.loader import load_scenario
-from streaming.scenario.runner import ScenarioRunner
 
 ENGINES = ("reference", "spark")
 

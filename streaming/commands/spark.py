@@ -9,8 +9,8 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from streaming.devtools.embedded_kafka import HOST
 from streaming.jars import project_root
-from streaming.kafka.embedded import HOST
 
 STATE_SUBDIR = Path(".state") / "spark"
 DEFAULT_PORT = 7077
@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Start the cluster, print its master URL on stdout, and stop it at the first SIGINT or SIGTERM."""
-    from streaming.spark.standalone import StandaloneCluster
+    from streaming.devtools.spark_cluster import StandaloneCluster
 
     def say(text: str) -> None:
         print(f"router spark: {text}", file=sys.stderr, flush=True)

@@ -22,7 +22,7 @@ catalog. Three rules look back further, and this module is their one description
 
 Times are whole milliseconds since the epoch (Kafka's timestamps), durations milliseconds.
 
-The scenario timeline (`streaming.scenario`) keeps its memory with these functions. The streaming
+The scenario timeline (`streaming.devtools.scenario`) keeps its memory with these functions. The streaming
 job's state processor (`jvm/state`, `router.state.ConversationMemory`) is a Java rendering of
 `Conversation.step`, tested against it on generated event sequences
 (`tests/integration/test_conversation_memory.py`); the job keeps the pending requests with

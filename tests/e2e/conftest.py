@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from processes import kill
 
-from streaming.spark.standalone import StandaloneCluster
+from streaming.devtools.spark_cluster import StandaloneCluster
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The fault tier on a Spark standalone cluster: `router run` as a user runs it, a worker killed under it.
 
-The cluster is real (`streaming.spark.standalone`: a master and two workers from pyspark's own
+The cluster is real (`streaming.devtools.spark_cluster`: a master and two workers from pyspark's own
 spark-class, on 127.0.0.1), and so is the broker; the traffic and the accounting of every message
 id are the fault tier's own (tests/e2e/test_faults.py).
 """
@@ -15,7 +15,7 @@ import pytest
 from processes import start_router, stop, wait_for, written
 from test_faults import accounted, assert_every_message_accounted_for, late_routed_stream
 
-from streaming.spark.standalone import StandaloneCluster, children, driver_environment
+from streaming.devtools.spark_cluster import StandaloneCluster, children, driver_environment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fault]
 

@@ -24,7 +24,7 @@ from processes import ROOT, wait_for
 from test_faults import LATE, accounted, namespace, send_traffic
 
 from streaming import topics
-from streaming.kafka.embedded import free_port
+from streaming.devtools.embedded_kafka import free_port
 from streaming.rules.model import Route
 from streaming.tables.topic_io import put_route
 

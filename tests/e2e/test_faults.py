@@ -38,10 +38,10 @@ from processes import (
 )
 
 from streaming import topics
+from streaming.devtools.embedded_kafka import EmbeddedKafka, embedded_cluster, free_port
 from streaming.errors import KafkaUnavailable
 from streaming.kafka.admin import admin_client, cluster_metadata, ensure_topics
 from streaming.kafka.avro import encode_message, encode_route, new_message_record, route_to_record
-from streaming.kafka.embedded import EmbeddedKafka, embedded_cluster, free_port
 from streaming.rules.model import Database, Instance, Route, normalize_address
 from streaming.tables.topic_io import publish_catalogs, put_route
 

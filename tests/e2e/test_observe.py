@@ -23,9 +23,9 @@ from processes import ROOT, stop, wait_for, written
 from prometheus_client.parser import text_string_to_metric_families
 
 from streaming import topics
+from streaming.devtools.embedded_kafka import EmbeddedKafka, free_port
 from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import encode_message, new_message_record
-from streaming.kafka.embedded import EmbeddedKafka, free_port
 from streaming.kafka.progress_group import read_committed
 from streaming.rules.model import Database, Instance, Route, normalize_address
 from streaming.tables.topic_io import publish_catalogs, put_route

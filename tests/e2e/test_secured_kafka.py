@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from streaming import topics
+from streaming.devtools.embedded_kafka import EmbeddedKafka
 from streaming.errors import KafkaUnavailable
 from streaming.kafka.admin import topic_names
-from streaming.kafka.embedded import EmbeddedKafka
 
 pytestmark = pytest.mark.e2e
 

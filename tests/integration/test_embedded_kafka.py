@@ -17,9 +17,9 @@ import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from streaming.commands import kafka as kafka_command
+from streaming.devtools.embedded_kafka import EmbeddedKafka, port_is_free
 from streaming.errors import KafkaUnavailable
 from streaming.kafka.admin import end_offsets, ensure_topics, topic_names
-from streaming.kafka.embedded import EmbeddedKafka, port_is_free
 
 pytestmark = pytest.mark.integration
 

@@ -21,13 +21,13 @@ from pyspark.sql import SparkSession
 
 from streaming import topics
 from streaming.config import load_settings
+from streaming.devtools.scenario.check import evaluate
+from streaming.devtools.scenario.loader import load_scenario
+from streaming.devtools.scenario.model import AckEvent, MessageEvent
 from streaming.kafka.admin import end_offsets, ensure_topics, topic_names
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
 from streaming.kafka.consuming import header_pairs
 from streaming.rules.model import CURRENT_DATABASE
-from streaming.scenario.check import evaluate
-from streaming.scenario.loader import load_scenario
-from streaming.scenario.model import AckEvent, MessageEvent
 from streaming.spark.job import RouterJob
 from streaming.tables.topic_io import publish_catalogs, put_route
 

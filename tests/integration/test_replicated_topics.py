@@ -20,8 +20,8 @@ from pyspark.sql import SparkSession
 
 from streaming import topics
 from streaming.config import load_settings
+from streaming.devtools.embedded_kafka import embedded_cluster
 from streaming.kafka.admin import admin_client, cluster_metadata
-from streaming.kafka.embedded import embedded_cluster
 from streaming.rules.model import Database, Instance, Route, normalize_address
 from streaming.spark.job import RouterJob
 from streaming.tables.topic_io import publish_catalogs, put_route

@@ -35,12 +35,12 @@ from streaming.config import load_settings
 from streaming.ddr.answers import Classification, Mode
 from streaming.ddr.config import RoutingServiceConfig
 from streaming.ddr.service import RoutingService
+from streaming.devtools.embedded_kafka import EmbeddedKafka, free_port
 from streaming.directory import DirectoryService, parse_directory
 from streaming.endpoint import Endpoint, Received
 from streaming.endpoint.protocol import END_DIALOG
 from streaming.kafka.admin import end_offsets
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
-from streaming.kafka.embedded import EmbeddedKafka, free_port
 from streaming.rules.model import (
     BROKER_CONFIGURATION_SERVICE,
     MISSING_ROUTE_MESSAGE_TYPE,

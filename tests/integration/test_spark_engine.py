@@ -31,6 +31,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from streaming.contract import CHOICE_STEPS, MATCH_STEPS
+from streaming.devtools.scenario.check import check_scenario_file
 from streaming.rules.batch import BatchResult, RoutingBatch
 from streaming.rules.engine import ReferenceEngine
 from streaming.rules.model import (
@@ -45,7 +46,6 @@ from streaming.rules.model import (
     Route,
     normalize_address,
 )
-from streaming.scenario.check import check_scenario_file
 from streaming.spark.decider import SparkDecider
 from streaming.spark.decision import ROUTE_FIELDS, DecisionInputs, build_snapshot, decide, snapshot_json
 from streaming.spark.sources import TIME_FORMAT

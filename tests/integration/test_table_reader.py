@@ -19,9 +19,9 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from streaming.cli import main
+from streaming.devtools.embedded_kafka import EmbeddedKafka
 from streaming.kafka.admin import admin_client, end_offsets, ensure_topics, leader_gone, leader_moving
 from streaming.kafka.avro import catalog_to_record, encode_catalog, encode_route, route_to_record
-from streaming.kafka.embedded import EmbeddedKafka
 from streaming.rules.model import Database, Instance, MirrorRole, Route
 from streaming.tables.reader import (
     MISSING_VERSION,

@@ -12,9 +12,9 @@ import pytest
 
 from streaming.cli import build_parser
 from streaming.config import load_settings
+from streaming.devtools.spark_cluster import children
 from streaming.errors import ConfigError
 from streaming.spark.executors import change_line
-from streaming.spark.standalone import children
 
 
 def test_a_lost_executor_is_one_line_with_spark_s_reason() -> None:

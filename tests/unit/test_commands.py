@@ -468,7 +468,7 @@ def test_no_broker_at_the_address_is_said_within_seconds_with_the_fix(
     import time
 
     from streaming.cli import main
-    from streaming.kafka.embedded import free_port
+    from streaming.devtools.embedded_kafka import free_port
 
     monkeypatch.delenv(common.CONFIG_ENV, raising=False)
     monkeypatch.delenv(common.BOOTSTRAP_ENV, raising=False)

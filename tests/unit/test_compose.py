@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from streaming.commands.common import DEFAULT_BOOTSTRAP
-from streaming.kafka.embedded import DEFAULT_PORT, HOST
+from streaming.devtools.embedded_kafka import DEFAULT_PORT, HOST
 
 ROOT = Path(__file__).resolve().parents[2]
 KAFKA_IMAGE = "apache/kafka:4.1.1"

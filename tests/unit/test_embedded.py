@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming.kafka.embedded import EmbeddedKafka, new_cluster_id
+from streaming.devtools.embedded_kafka import EmbeddedKafka, new_cluster_id
 
 
 def test_kafka_cluster_ids_never_look_like_an_option() -> None:

@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 from rules_factories import AW, DB2, FAR1, FAR2, NOW, acl, database, instance, message, route
 from test_rules_properties import INSTANCES, messages, routes
 
+from streaming.devtools.scenario.loader import load_scenario
+from streaming.devtools.scenario.runner import ScenarioRunner
 from streaming.rules.batch import BatchResult, RoutingBatch
 from streaming.rules.choice import Rotation
 from streaming.rules.engine import ReferenceEngine, decide_message
@@ -47,8 +49,6 @@ from streaming.rules.model import (
     RouteIdentity,
 )
 from streaming.rules.snapshot import RouteSnapshot
-from streaming.scenario.loader import load_scenario
-from streaming.scenario.runner import ScenarioRunner
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 FILES = sorted(SCENARIOS.rglob("*.yaml"))

@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from streaming.devtools.embedded_kafka import free_port
 from streaming.errors import ConfigError
-from streaming.kafka.embedded import free_port
 from streaming.observe.server import Health, MetricsServer, new_registry, serve
 from streaming.spark.batch import BatchMetrics, Counted
 from streaming.spark.metrics import METRICS, HeldFigures, Liveness, RouterMetrics, judge

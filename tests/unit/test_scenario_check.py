@@ -7,11 +7,11 @@ from typing import Any
 
 import yaml
 
+from streaming.devtools.scenario.check import check_scenario_file, evaluate, field_matches
+from streaming.devtools.scenario.loader import parse_scenario
 from streaming.rules.batch import BatchResult, RoutingBatch
 from streaming.rules.engine import ReferenceEngine
 from streaming.rules.model import Decision, Outcome
-from streaming.scenario.check import check_scenario_file, evaluate, field_matches
-from streaming.scenario.loader import parse_scenario
 
 INSTANCE = {
     "name": "i1",

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from streaming.devtools.scenario.loader import load_scenario
+from streaming.devtools.scenario.model import AckEvent, AdvanceEvent, MessageEvent, MirrorEvent, RouteEvent
 from streaming.errors import ConfigError
 from streaming.rules.model import CURRENT_DATABASE, MirrorRole
-from streaming.scenario.loader import load_scenario
-from streaming.scenario.model import AckEvent, AdvanceEvent, MessageEvent, MirrorEvent, RouteEvent
 
 GOOD = """\
 name: sample

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from streaming.devtools.scenario.loader import load_scenario
+from streaming.devtools.scenario.model import Scenario
+from streaming.devtools.scenario.runner import ScenarioRunner
 from streaming.errors import RouterError
 from streaming.rules.batch import BatchResult, RoutingBatch
 from streaming.rules.engine import ReferenceEngine
 from streaming.rules.model import Decision, Outcome
-from streaming.scenario.loader import load_scenario
-from streaming.scenario.model import Scenario
-from streaming.scenario.runner import ScenarioRunner
 
 HEADER = """\
 instance:

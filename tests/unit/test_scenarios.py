@@ -2,7 +2,7 @@
 
 `tests/scenarios/examples/` are the routing documentation's worked examples; `tests/scenarios/rules/`
 pin down one or a few rule ids each (file names start with the rule id). The same files and the same
-evaluator (`streaming.scenario.check`) serve any other engine: pass another decider factory.
+evaluator (`streaming.devtools.scenario.check`) serve any other engine: pass another decider factory.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from streaming.devtools.scenario.check import check_scenario_file
 from streaming.rules.engine import ReferenceEngine
-from streaming.scenario.check import check_scenario_file
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 FILES = sorted(SCENARIOS.rglob("*.yaml"))

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from streaming.devtools.scenario.loader import load_scenario
 from streaming.errors import ConfigError
 from streaming.rules.model import Route
-from streaming.scenario.loader import load_scenario
 from streaming.tables.export import render_routes
 from streaming.tables.loading import load_route_files
 from streaming.tables.operations import RouteOperation, check_operations

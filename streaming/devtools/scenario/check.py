@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from streaming.devtools.scenario.loader import load_scenario
+from streaming.devtools.scenario.model import Scenario
+from streaming.devtools.scenario.runner import ScenarioRunner
 from streaming.rules.batch import Decider
-from streaming.scenario.loader import load_scenario
-from streaming.scenario.model import Scenario
-from streaming.scenario.runner import ScenarioRunner
 
 DeciderFactory = Callable[[], Decider]
 JsonDecision = Mapping[str, Any]

@@ -38,8 +38,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from streaming.devtools.embedded_kafka import HOST, _stop_with_parent, free_port, port_is_free
 from streaming.errors import RouterError
-from streaming.kafka.embedded import HOST, _stop_with_parent, free_port, port_is_free
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"

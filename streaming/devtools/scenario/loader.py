@@ -7,16 +7,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from streaming.rules.model import (
-    CURRENT_DATABASE,
-    DEFAULT_HOPS,
-    REMOTE,
-    Instance,
-    Message,
-    MirrorRole,
-    normalize_address,
-)
-from streaming.scenario.model import (
+from streaming.devtools.scenario.model import (
     AckEvent,
     AdvanceEvent,
     Event,
@@ -26,6 +17,15 @@ from streaming.scenario.model import (
     RouteTable,
     Scenario,
     apply_route_operation,
+)
+from streaming.rules.model import (
+    CURRENT_DATABASE,
+    DEFAULT_HOPS,
+    REMOTE,
+    Instance,
+    Message,
+    MirrorRole,
+    normalize_address,
 )
 from streaming.tables.operations import RouteOperation, apply_changes, plan_route_changes
 from streaming.tables.validate import (

@@ -5,6 +5,17 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+from streaming.devtools.scenario.model import (
+    AckEvent,
+    AdvanceEvent,
+    Event,
+    MessageEvent,
+    MirrorEvent,
+    RouteEvent,
+    RouteTable,
+    Scenario,
+    apply_route_operation,
+)
 from streaming.errors import RouterError
 from streaming.rules.batch import Decider, RoutingBatch
 from streaming.rules.memory import Conversation, Held, Requests
@@ -17,17 +28,6 @@ from streaming.rules.model import (
     Message,
     MirrorRole,
     Outcome,
-)
-from streaming.scenario.model import (
-    AckEvent,
-    AdvanceEvent,
-    Event,
-    MessageEvent,
-    MirrorEvent,
-    RouteEvent,
-    RouteTable,
-    Scenario,
-    apply_route_operation,
 )
 from streaming.tables.operations import route_key
 
@@ -47,7 +47,7 @@ class ScenarioRunner:
 
 
 class _Timeline:
-    """The state of one scenario run (see `streaming.scenario`).
+    """The state of one scenario run (see `streaming.devtools.scenario`).
 
     The router's memory (K2 kept choices, D1-D2 held messages, B4 pending requests) is kept with
     `streaming.rules.memory`, the rules the streaming job's state processor follows too; the pins
