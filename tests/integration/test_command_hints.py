@@ -21,7 +21,8 @@ def test_an_empty_routes_or_catalogs_topic_names_the_prefixes_that_hold_one(
     kafka_bootstrap: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The demo writes under its own prefix: `routes list` under another one says where to look."""
-    loaded, empty = f"hint{uuid.uuid4().hex[:8]}", f"none{uuid.uuid4().hex[:8]}"
+    # The hint names the first few prefixes in order; on a broker other tests share, "0" sorts first.
+    loaded, empty = f"0hint{uuid.uuid4().hex[:8]}", f"none{uuid.uuid4().hex[:8]}"
     publish_catalogs(kafka_bootstrap, [I1], topics.catalogs_topic(loaded))
     put_route(kafka_bootstrap, "i1", Route("AW", "Local", "LOCAL"), topics.routes_topic(loaded))
     ensure_topics(kafka_bootstrap, [topics.routes_topic(empty), topics.catalogs_topic(empty)], compacted=True)
