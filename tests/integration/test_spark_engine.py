@@ -254,7 +254,10 @@ def test_the_agreement_examples_cover_every_outcome() -> None:
     seen: set[object] = set()
     counts = {"cases": 0, "decisions": 0}
 
-    @settings(AGREEMENT, max_examples=EXAMPLES)
+    # Three times the agreement test's examples: the reference engine decides them in seconds, and a
+    # rare reason (lifetime_expired) is then reached with room to spare. Derandomized examples are
+    # the same from run to run of one process, but one CI run drew a set that missed it.
+    @settings(AGREEMENT, max_examples=3 * EXAMPLES)
     @given(examples=st.lists(cases(), min_size=CASES_PER_EXAMPLE, max_size=CASES_PER_EXAMPLE))
     def collect(examples: list[RoutingBatch]) -> None:
         for case in examples:
