@@ -30,6 +30,7 @@ from streaming.config import Settings
 from streaming.contract import KEPT_COLUMNS
 from streaming.errors import ConfigError
 from streaming.kafka.avro import schema_json
+from streaming.kafka.connection import KafkaConnection
 from streaming.kafka.durability import spark_producer_options
 from streaming.rules.model import Instance
 from streaming.spark.decision import DecisionInputs
@@ -187,7 +188,15 @@ ends, `transaction.timeout.ms` at most). `kafka_options` may not change it."""
 
 def read_options(settings: Settings) -> dict[str, str]:
     """Options for the query's Kafka sources: `kafka_options` over `CONSUMER_DEFAULTS`, read_committed."""
-    return {**CONSUMER_DEFAULTS, **kafka_options(settings), **READ_COMMITTED}
+    return reader_options(settings.kafka, settings.kafka_options)
+
+
+def reader_options(connection: KafkaConnection, tuning: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Options for any Spark Kafka read: the consumer defaults, the connection, the tuning, read_committed.
+
+    read_committed comes last, so no tuning changes it (the job's sources and `router whatif`).
+    """
+    return {**CONSUMER_DEFAULTS, **connection.spark_options(), **(tuning or {}), **READ_COMMITTED}
 
 
 def write_options(settings: Settings) -> dict[str, str]:

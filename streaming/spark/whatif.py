@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 
 from streaming.kafka.connection import KafkaConnection
 from streaming.spark.decision import DecisionInputs, decide, in_batch_order
-from streaming.spark.sources import CONSUMER_DEFAULTS, READ_COMMITTED, Topology, decode, register_functions
+from streaming.spark.sources import Topology, decode, reader_options, register_functions
 from streaming.spark.state import CHOICE_VALUE
 from streaming.whatif import (
     Fate,
@@ -69,14 +69,6 @@ _CARRIED = (
 """The columns of a decoded message the second decision reads again (`decide`'s), and the report's."""
 
 
-def read_options(kafka: KafkaConnection) -> dict[str, str]:
-    """The Kafka source's options: the connection every client uses, the tuning, and read_committed.
-
-    As the job reads (`streaming.spark.sources.read_options`): an aborted redrive's records are no traffic.
-    """
-    return {**CONSUMER_DEFAULTS, **kafka.spark_options(), **READ_COMMITTED}
-
-
 def kafka_range(
     spark: SparkSession, kafka: KafkaConnection, ranges: Mapping[Partition, tuple[int, int]]
 ) -> DataFrame:
@@ -90,7 +82,7 @@ def kafka_range(
         by_topic[topic][str(partition)] = offsets
     return (
         spark.read.format("kafka")
-        .options(**read_options(kafka))
+        .options(**reader_options(kafka))
         .option("assign", json.dumps({t: sorted(int(p) for p in ps) for t, ps in by_topic.items()}))
         .option(
             "startingOffsets", json.dumps({t: {p: r[0] for p, r in ps.items()} for t, ps in by_topic.items()})
