@@ -210,6 +210,19 @@ class BatchPlan:
         return kept, Destinations(t, {**self.destinations.unavailable, **refused})
 
 
+def empty_batch(like: DataFrame, partitions: int) -> DataFrame:
+    """A batch of no rows of `like`'s exact schema in `partitions` partitions (`Prepared.emptyBatch`).
+
+    A `BatchPlan` is planned, and its code generated and compiled, over it before the streaming
+    query gives its first micro-batch (`streaming.spark.job.RouterJob.start`).
+    """
+    spark = like.sparkSession
+    jvm = session_jvm(spark, "an empty batch needs")
+    return DataFrame(
+        jvm.router.plan.Prepared.emptyBatch(spark._jsparkSession, like._jdf.schema(), partitions), spark
+    )
+
+
 def _records(decided: DataFrame, destinations: Destinations) -> DataFrame:
     """Every record of the decided rows, with the batch's metrics observed on the way."""
     routed = with_destinations(decided, destinations)

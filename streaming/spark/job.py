@@ -56,7 +56,7 @@ from streaming.kafka.client_log import collapse_outages
 from streaming.kafka.progress_group import ProgressGroups
 from streaming.observe.server import Health
 from streaming.rules.model import normalize_address
-from streaming.spark.batch import BatchMetrics, BatchPlan
+from streaming.spark.batch import BatchMetrics, BatchPlan, empty_batch
 from streaming.spark.checkpoint import (
     CHANGING_PARTITIONS,
     SHUFFLE_PARTITIONS,
@@ -167,6 +167,10 @@ class RouterJob:
         self._reports: dict[int, BatchReport] = {}
         self._plan: BatchPlan | None = None
         self._plan_key: tuple[object, ...] | None = None
+        self._plan_partitions: int | None = None
+        """The partitions of the plan prepared before the first batch (`_prepare_plan`), until checked."""
+        self._batch_lock = threading.Lock()
+        """Held by a micro-batch's work, and by the plan's preparation before the first one."""
         self._inputs = DecisionInputs(spark)
         self.rotation = RotationStore(self.checkpoint / "rotation")
         self._answered_at: Snapshot | None = None
@@ -265,14 +269,44 @@ class RouterJob:
         # does: a job that kept its query would keep itself, its route snapshots and the JVM
         # objects they hold after `close()` (measured: 70 MiB of heap more per job that one
         # process ran, with 100,000 routes).
+        stream = input_stream(self.spark, self.settings, self.topology, self._inputs, self._held, starting)
+        self._prepare_plan(stream, partitions)
         return (
-            input_stream(self.spark, self.settings, self.topology, self._inputs, self._held, starting)
-            .writeStream.foreachBatch(self.process_batch)
+            stream.writeStream.foreachBatch(self.process_batch)
             .option("checkpointLocation", str(self.checkpoint))
             .queryName(f"router-{self.topology.name}")
             .trigger(processingTime=interval)
             .start()
         )
+
+    def _prepare_plan(self, stream: DataFrame, partitions: int) -> None:
+        """Plan the batches' query, and run it over no rows, while Spark starts the streaming query.
+
+        Spark's stream thread takes seconds to start the query and plan its first micro-batch, on
+        one core; meanwhile this thread builds the route snapshot and the `BatchPlan`, and runs it
+        once over an empty batch of the stream's schema, which generates and compiles its code and
+        writes nothing. The first micro-batch then finds its plan ready (`_plan_for`), as later
+        ones do. The batch lock, taken here and handed to the thread, keeps the first micro-batch
+        waiting until the plan is ready. A failure here is left to the first batch, which plans
+        again and reports what fails.
+        """
+        self._batch_lock.acquire()
+
+        def prepare() -> None:
+            started = time.monotonic()
+            try:
+                empty = empty_batch(stream, partitions)
+                snapshot = self.snapshots.at(_now())
+                self._plan_for(snapshot, empty).run(empty, snapshot)
+                self._plan_partitions = partitions
+                log.debug("the batch plan was prepared in %.3fs", time.monotonic() - started)
+            except Exception as error:
+                self._plan = self._plan_key = None
+                log.debug("the batch plan was not prepared ahead: %s", short_error(error))
+            finally:
+                self._batch_lock.release()
+
+        threading.Thread(target=prepare, name="router-plan", daemon=True).start()
 
     def _starting_offsets(self) -> dict[str, str]:
         """Where a new checkpoint's sources start after a drained one (`Settings.start_after`).
@@ -585,6 +619,8 @@ class RouterJob:
 
     def close(self) -> None:
         """Close the job's Kafka readers (the query is stopped by `run` and `replay`)."""
+        with self._batch_lock:  # a plan still being prepared reads the route snapshots
+            pass
         with self._outage.closing():
             self.snapshots.close()
             self.requests.close()
@@ -609,7 +645,8 @@ class RouterJob:
             self._refused = batch_id
             raise BatchFailed(STOPPED)
         try:
-            self._route_batch(batch, batch_id)
+            with self._batch_lock:
+                self._route_batch(batch, batch_id)
         except Exception as error:
             if self._stopping.is_set():
                 raise BatchFailed(STOPPED) from None
@@ -670,6 +707,12 @@ class RouterJob:
 
     def _plan_for(self, snapshot: Snapshot, batch: DataFrame) -> BatchPlan:
         """The batch plan, built again only when its shape or the unavailable destinations changed."""
+        if self._plan_partitions is not None:
+            # Prepared before the first batch for the partitions the settings name; the checkpoint's
+            # state partitions are the batches' (`check_state_partitions` holds them equal).
+            if batch._jdf.queryExecution().toRdd().getNumPartitions() != self._plan_partitions:
+                self._plan = None
+            self._plan_partitions = None
         unavailable = dict(self.snapshots.unavailable)
         shape = replace(snapshot.flags, valid_until=None)
         key = (shape, tuple(sorted(unavailable.items())))

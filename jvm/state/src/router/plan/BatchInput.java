@@ -25,6 +25,12 @@ final class BatchInput extends RDD<InternalRow> {
   private static final ClassTag<InternalRow> ROW = ClassTag$.MODULE$.apply(InternalRow.class);
 
   private RDD<InternalRow> batch;
+  /**
+   * The batch's partitions, as the driver planned them. An RDD keeps its partitions in a transient
+   * field, and a source's RDD cannot plan them again in a task (its input partitions are transient
+   * too): a batch read straight from a source, with no shuffle under it, is read through these.
+   */
+  private Partition[] parents = new Partition[0];
   private final int partitions;
 
   BatchInput(SparkContext sc, int partitions) {
@@ -39,6 +45,7 @@ final class BatchInput extends RDD<InternalRow> {
           "a micro-batch of " + next.getNumPartitions() + " partitions given to a plan made for " + partitions);
     }
     batch = next;
+    parents = next.partitions();
     clearDependencies();
   }
 
@@ -65,12 +72,12 @@ final class BatchInput extends RDD<InternalRow> {
     if (batch == null) {
       throw new IllegalStateException("a prepared query ran before it was given a micro-batch");
     }
-    return batch.iterator(batch.partitions()[split.index()], context);
+    return batch.iterator(parents[split.index()], context);
   }
 
   @Override
   public Seq<String> getPreferredLocations(Partition split) {
-    return batch == null ? emptySeq() : batch.preferredLocations(batch.partitions()[split.index()]);
+    return batch == null ? emptySeq() : batch.preferredLocations(parents[split.index()]);
   }
 
   @SuppressWarnings("unchecked")

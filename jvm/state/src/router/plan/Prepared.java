@@ -13,12 +13,15 @@ import org.apache.spark.ShuffleDependency;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
+import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.execution.CollectMetricsExec;
 import org.apache.spark.sql.execution.CollectMetricsExec$;
 import org.apache.spark.sql.execution.QueryExecution;
 import org.apache.spark.sql.execution.SparkPlan;
 import org.apache.spark.sql.classic.SparkSession;
+import org.apache.spark.sql.types.StructType;
 import scala.jdk.javaapi.CollectionConverters;
+import scala.reflect.ClassTag$;
 
 /**
  * A batch query planned once and run over each micro-batch, with no planning per batch.
@@ -45,6 +48,21 @@ public final class Prepared {
     int partitions = like.queryExecution().toRdd().getNumPartitions();
     this.input = new BatchInput(session.sparkContext(), partitions);
     this.frame = session.internalCreateDataFrame(input, like.schema(), false);
+  }
+
+  /**
+   * A batch of no rows in {@code partitions} partitions, of exactly {@code schema}: what a query
+   * over micro-batches of that schema can be planned and run over before the first one arrives.
+   */
+  public static Dataset<Row> emptyBatch(SparkSession session, StructType schema, int partitions) {
+    RDD<InternalRow> rows =
+        session
+            .sparkContext()
+            .parallelize(
+                CollectionConverters.asScala(List.<InternalRow>of()).toSeq(),
+                partitions,
+                ClassTag$.MODULE$.apply(InternalRow.class));
+    return session.internalCreateDataFrame(rows, schema, false);
   }
 
   /** The table to build the query over: each run reads the micro-batch given to it. */
