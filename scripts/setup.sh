@@ -7,6 +7,9 @@
 #   4. .cache/jars/router/router-state.jar built by Maven from jvm/state (its pom pins pyspark's
 #      jar versions), when a source file, the pom or the pyspark version changed
 #   5. .cache/jars/hdfs-test-main/router-hdfs-test.jar: the tests' HDFS (jvm/hdfs-test/src), likewise
+#   6. .cache/class-archive/driver.jsa: the driver JVM's class archive, recorded by a short run of
+#      the router (streaming.devtools.class_archive), when a jar of its classpath or the JDK changed;
+#      ROUTER_CLASS_ARCHIVE=off skips it
 # Each step leaves a stamp (the sha256 of its input) in .cache/stamps/; a second run does nothing
 # and says so. ROUTER_CACHE_DIR moves the cache (jars and stamps) elsewhere; PYTHON picks the
 # interpreter that creates the venv.
@@ -142,6 +145,29 @@ if ! stamp_is_current jars-hdfs-test-main "$hdfs_input" || [[ ! -f "$hdfs_jar" ]
     rm -rf "$classes"
     write_stamp jars-hdfs-test-main "$hdfs_input"
     did_something=1
+fi
+
+# 6. The driver JVM's class archive: the classes a short run of the router loads, mapped by later
+# driver JVMs at start instead of being found and verified jar after jar (the first message is
+# routed about 3 s sooner; streaming.spark.session.archive_options). It holds its classpath, so it
+# is recorded again when any jar on it, or the JDK, changed.
+if [[ "${ROUTER_CLASS_ARCHIVE:-}" != "off" ]]; then
+    archive_input="$CACHE/class-archive-input.txt"
+    pyspark_jars="$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
+    { find "$pyspark_jars" "$CACHE/jars/spark" "$CACHE/jars/router" -name '*.jar' -printf '%p %s %T@\n' | sort
+      java -version 2>&1; } >"$archive_input"
+    archive="$CACHE/class-archive/driver.jsa"
+    if ! stamp_is_current class-archive "$archive_input" || [[ ! -f "$archive" ]]; then
+        say "recording the driver's class archive (a short run of the router on a temporary broker)"
+        if ! ROUTER_CACHE_DIR="$CACHE" "$VENV/bin/python" -m streaming.devtools.class_archive --out "$archive" \
+            >"$CACHE/class-archive.log" 2>&1; then
+            cat "$CACHE/class-archive.log" >&2
+            die "the class archive could not be recorded (log above, also in $CACHE/class-archive.log)"
+        fi
+        write_stamp class-archive "$archive_input"
+        say "$(tail -n 1 "$CACHE/class-archive.log")"
+        did_something=1
+    fi
 fi
 
 if [[ $did_something -eq 0 ]]; then

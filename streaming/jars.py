@@ -102,6 +102,11 @@ def router_state_jar() -> Path:
     return _cached_jars("router", "router state processor")[0]
 
 
+def driver_class_archive() -> Path:
+    """Where `make setup` keeps the driver JVM's class archive (`streaming.spark.session.archive_options`)."""
+    return cache_dir() / "class-archive" / "driver.jsa"
+
+
 def kafka_broker_classpath() -> list[Path]:
     """Return the classpath of the embedded Kafka broker (`java -cp ... kafka.Kafka`)."""
     return _cached_jars("kafka", "Kafka broker")

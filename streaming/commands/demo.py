@@ -77,34 +77,11 @@ def run(args: argparse.Namespace) -> int:
 
     data = args.routes_dir or project_root() / "routes" / "demo"
     prefix = f"demo{datetime.now(timezone.utc):%Y%m%d%H%M%S}"
-    now = datetime.now(timezone.utc)
-    instances = load_catalog_files([data / "catalogs.yaml"])
-    publish_catalogs(bootstrap, instances, topics.catalogs_topic(prefix))
-    publish_routes(bootstrap, load_route_files([data / "routes.yaml"], now=now), topics.routes_topic(prefix))
+    loaded, sent = load_demo(bootstrap, prefix, data, args.conversations, args.messages)
     print(
-        f"demo: loaded {len(instances)} catalogs and the routes of {data} under topic prefix {prefix!r}",
-        flush=True,
+        f"demo: loaded {loaded} catalogs and the routes of {data} under topic prefix {prefix!r}", flush=True
     )
-
-    records = []
-    for c in range(args.conversations):
-        service = _service_for(c)
-        conversation = str(uuid.uuid4())
-        for n in range(args.messages):
-            records.append(
-                new_message_record(
-                    message_id=f"{conversation}:{n}",
-                    conversation_id=conversation,
-                    sequence_number=n,
-                    to_service=service,
-                    from_service="InitiatorService",
-                    origin_database="AW",
-                    enqueued_at=now,
-                    body=f"<order n='{c}.{n}'/>".encode(),
-                )
-            )
-    send_records(bootstrap, topics.outbound_topic("i1", prefix), records)
-    print(f"demo: sent {len(records)} messages in {args.conversations} conversations from i1/AW", flush=True)
+    print(f"demo: sent {sent} messages in {args.conversations} conversations from i1/AW", flush=True)
 
     spark = build_session("router-demo", verbose=args.verbose)
     state = Path(state_dir).parent / "checkpoints" / prefix
@@ -144,6 +121,36 @@ def run(args: argparse.Namespace) -> int:
         "demo: the broker keeps running; stop it with `make kafka-stop` (or `.venv/bin/router kafka stop`)."
     )
     return 0
+
+
+def load_demo(bootstrap: str, prefix: str, data: Path, conversations: int, messages: int) -> tuple[int, int]:
+    """Load the demo's catalogs and routes from `data` under `prefix` and send its traffic from i1/AW.
+
+    Returns how many catalogs were loaded and how many messages were sent.
+    """
+    now = datetime.now(timezone.utc)
+    instances = load_catalog_files([data / "catalogs.yaml"])
+    publish_catalogs(bootstrap, instances, topics.catalogs_topic(prefix))
+    publish_routes(bootstrap, load_route_files([data / "routes.yaml"], now=now), topics.routes_topic(prefix))
+    records = []
+    for c in range(conversations):
+        service = _service_for(c)
+        conversation = str(uuid.uuid4())
+        for n in range(messages):
+            records.append(
+                new_message_record(
+                    message_id=f"{conversation}:{n}",
+                    conversation_id=conversation,
+                    sequence_number=n,
+                    to_service=service,
+                    from_service="InitiatorService",
+                    origin_database="AW",
+                    enqueued_at=now,
+                    body=f"<order n='{c}.{n}'/>".encode(),
+                )
+            )
+    send_records(bootstrap, topics.outbound_topic("i1", prefix), records)
+    return len(instances), len(records)
 
 
 def _service_for(conversation: int) -> str:
