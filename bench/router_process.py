@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,8 +72,17 @@ class RouterStop:
 class RouterProcess:
     """One `router run` for `instance` on the `prefix` namespace; a context manager that stops it."""
 
-    def __init__(self, bootstrap: str, prefix: str, folder: Path, instance: Instance = I1) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        prefix: str,
+        folder: Path,
+        instance: Instance = I1,
+        environment: Mapping[str, str] | None = None,
+    ) -> None:
+        """`environment`: variables set for the router process on top of this process's own."""
         self.bootstrap = bootstrap
+        self.environment = dict(environment or {})
         self.prefix = prefix
         self.instance = instance
         self.folder = folder
@@ -96,6 +105,7 @@ class RouterProcess:
             self.process = subprocess.Popen(
                 [str(router), "run", "--config", str(self.settings)],
                 stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.environment},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a group of its own: SIGINT and SIGKILL reach its JVM too

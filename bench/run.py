@@ -19,7 +19,9 @@ In order, on the same broker and the same kind of records (`bench.common`):
    and once their kept choices have expired;
 7. latency under a fixed offered load (`bench.latency`), `router run` with its default trigger;
 8. route-change propagation and delayed-retry precision (`bench.timing`);
-9. scaling out (`bench.scaling`): the pass-through and the router on a Spark standalone cluster of
+9. the start (`bench.startup`): seconds from `router run`'s start to its first message routed, with
+   the driver's class archive and without;
+10. scaling out (`bench.scaling`): the pass-through and the router on a Spark standalone cluster of
    one worker, then two (1 core each), on the same records.
 
 It writes `results.json` (every figure), `RESULTS.md` (the figures, each aim met or not, the machine
@@ -52,6 +54,7 @@ from bench.python_loop import LoopResult, python_loop
 from bench.scaling import MESSAGES as SCALING_MESSAGES
 from bench.scaling import PER_BATCH as SCALING_PER_BATCH
 from bench.scaling import Scaled, measure_scaling, scaling_lines
+from bench.startup import StartupResult, measure_startup
 from bench.throughput import (
     SUSTAINED,
     WARM_UPS,
@@ -128,14 +131,14 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="router-bench-"))
     try:
         with kafka(None) as bootstrap:
-            progress("bench: 1/9 the transport")
+            progress("bench: 1/10 the transport")
             prefix = new_prefix()
             source = prepare(bootstrap, prefix, 10, args.messages)
             copy = confluent_copy(bootstrap, source, f"{prefix}.copy", args.messages)
             consumed = consumer_performance(bootstrap, source, args.messages)
             produced = producer_performance(bootstrap, f"{prefix}.perf", args.messages, mean_message_size())
             spark = bench_session("router-bench")
-            progress("bench: 2/9 throughput: pass-through and router")
+            progress("bench: 2/10 throughput: pass-through and router")
             throughput = measure_throughput(
                 spark, bootstrap, folder, sizes, args.messages, args.per_batch, args.warm_ups
             )
@@ -145,14 +148,14 @@ def main() -> None:
                 sustained = measure_once(spark, bootstrap, folder, 10, args.sustained, args.per_batch)
             progress("bench: the router with metrics on and off, on the same records")
             metrics = measure_metrics_cost(spark, bootstrap, folder, args.messages, args.per_batch)
-            progress("bench: 3/9 where the router's CPU goes")
+            progress("bench: 3/10 where the router's CPU goes")
             # Warm from the throughput runs: one warm-up, for the recorder's own start.
             profile = profile_router(spark, bootstrap, folder, args.messages, args.per_batch, 1, 2)
-            progress("bench: 4/9 the Python loop")
+            progress("bench: 4/10 the Python loop")
             prefix = new_prefix()
             source = prepare(bootstrap, prefix, 10, args.messages)
             loop = python_loop(bootstrap, source, prefix, args.messages, routes_for(10))
-            progress(f"bench: 5/9 the router with {args.late:.0%} of the conversations delayed")
+            progress(f"bench: 5/10 the router with {args.late:.0%} of the conversations delayed")
             delayed_warm_ups = min(args.warm_ups, 1)
             if delayed_warm_ups:
                 # Delayed and released messages take code the plain runs did not (the delayed
@@ -164,14 +167,16 @@ def main() -> None:
             delayed = run_delayed(
                 spark, bootstrap, folder, args.messages, args.per_batch, args.late, args.retry
             )
-            progress(f"bench: 6/9 memory with {args.conversations:,} conversations")
+            progress(f"bench: 6/10 memory with {args.conversations:,} conversations")
             memory = measure_memory(spark, bootstrap, args.conversations, args.keep, folder)
             spark.stop()  # the next two run `router run` in processes of their own
-            progress("bench: 7/9 latency under a fixed offered load")
+            progress("bench: 7/10 latency under a fixed offered load")
             latency = measure_latency(bootstrap, rates, args.duration)
-            progress("bench: 8/9 route-change propagation and delayed-retry precision")
+            progress("bench: 8/10 route-change propagation and delayed-retry precision")
             timing = measure_timing(bootstrap)
-            progress("bench: 9/9 scaling out: a standalone cluster of one worker, then two")
+            progress("bench: 9/10 how soon a new `router run` routes its first message")
+            startup = measure_startup(bootstrap)
+            progress("bench: 10/10 scaling out: a standalone cluster of one worker, then two")
             messages, per_batch = (20_000, 10_000) if args.quick else (SCALING_MESSAGES, SCALING_PER_BATCH)
             scaling = measure_scaling(bootstrap, folder / "scaling", messages, per_batch)
     finally:
@@ -214,6 +219,11 @@ def main() -> None:
         "memory": asdict(memory),
         "latency": [_summary(r) for r in latency.results],
         "latency_warm_up": _summary(latency.warm_up) if latency.warm_up else None,
+        "startup": {
+            "first_routed_s": list(startup.archived_s),
+            "without_class_archive_s": list(startup.plain_s),
+            "median_s": startup.median_s,
+        },
         "route_change_ms": timing.route_change.propagation_ms,
         "first_route_change_ms": timing.first_change.propagation_ms if timing.first_change else None,
         "retry": asdict(timing.retry),
@@ -240,7 +250,18 @@ def main() -> None:
     chart_latency = {f"{r.target_rate:,.0f} msg/s": r.percentiles() for r in latency.results}
     render_chart(chart_rates, chart_latency, out / "chart.png", title=f"ssb-kafka-router, {started:%Y-%m-%d}")
     report = render(
-        figures, throughput, profile, loop, delayed, memory, latency, timing, sustained, metrics, scaling
+        figures,
+        throughput,
+        profile,
+        loop,
+        delayed,
+        memory,
+        latency,
+        timing,
+        sustained,
+        metrics,
+        scaling,
+        startup,
     )
     (out / "RESULTS.md").write_text(report, encoding="utf-8")
     print(report)
@@ -340,6 +361,7 @@ def render(
     sustained: Measurement | None = None,
     metrics: MetricsCost | None = None,
     scaling: list[Scaled] | None = None,
+    startup: StartupResult | None = None,
 ) -> str:
     """bench/RESULTS.md from one run's figures."""
     s = figures["settings"]
@@ -463,6 +485,7 @@ def render(
         "(the first retry after the route arrived; it waits for the route change when it falls due "
         "while the router takes that in).",
         "",
+        *_startup_lines(startup),
         "## Aims",
         "",
         "| aim | figure | |",
@@ -508,8 +531,36 @@ def render(
         f"max {retry.max_ms:,.0f} ms) | "
         f"{_met(retry.decided_max_ms <= trigger_ms and retry.released == retry.messages)} |"
     )
+    if startup is not None:
+        lines.append(
+            f"| first message routed at most {STARTUP_AIM_S:g} s after `router run` starts | "
+            f"{startup.median_s:.1f} s | {_met(startup.median_s <= STARTUP_AIM_S)} |"
+        )
     lines += ["", *scaling_lines(scaling or []), "![throughput and latency](chart.png)", ""]
     return "\n".join(lines)
+
+
+STARTUP_AIM_S = 15.0
+"""How soon a started router should route: a failed-over or upgraded one leaves its inputs unread."""
+
+
+def _startup_lines(startup: StartupResult | None) -> list[str]:
+    """How soon `router run` routed its first message (`bench.startup`)."""
+    if startup is None:
+        return []
+
+    def seconds(values: tuple[float, ...]) -> str:
+        return ", ".join(f"{v:.1f}" for v in values)
+
+    return [
+        "## Start",
+        "",
+        f"`router run` with a message waiting: the first message routed {startup.median_s:.1f} s after "
+        f"the process started (median; runs {seconds(startup.archived_s)} s). Without the driver's "
+        f"class archive (`ROUTER_CLASS_ARCHIVE=off`), in runs alternating with those: median "
+        f"{startup.plain_median_s:.1f} s (runs {seconds(startup.plain_s)} s) (`bench/startup.py`).",
+        "",
+    ]
 
 
 def _shown(path: Path) -> str:

@@ -1,0 +1,137 @@
+"""How soon `router run` routes: seconds from the process's start to its first message routed.
+
+usage: python -m bench.startup [--runs N] [--bootstrap HOST:PORT]
+
+Each run gets a fresh topic namespace (the catalog, 10 routes) and one message already waiting on
+the instance's outbound topic for a local service; a consumer is subscribed to that service's queue
+topic before `router run` starts, and the time counts from just before the process is started to
+the moment the consumer receives the message. That is how long a router that restarts (after a
+failover, an upgrade) leaves its inputs unread: Python and the JVM starting, the SparkSession, the
+topics checked, the routes read, the streaming query built and started, and its first micro-batch.
+
+The runs alternate between the driver JVM with its class archive (`make setup` records it;
+`streaming.spark.session.archive_options`) and without it (`ROUTER_CLASS_ARCHIVE=off`), on the same
+machine, so the archive's share is measured with the figure. Without --bootstrap it starts the
+embedded broker on a free port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer
+
+from bench.common import I1, kafka, lone_message, message_id, new_prefix, prepare, progress
+from bench.router_process import RouterProcess
+from streaming import topics
+from streaming.spark.session import CLASS_ARCHIVE_ENV
+
+RUNS = 3
+"""Runs of each kind (with and without the class archive)."""
+
+TIMEOUT_S = 180.0
+
+
+@dataclass(frozen=True)
+class StartupResult:
+    """Seconds from process start to the first message routed, per run."""
+
+    archived_s: tuple[float, ...]
+    """With the driver's class archive: what `router run` does after `make setup`."""
+    plain_s: tuple[float, ...]
+    """With `ROUTER_CLASS_ARCHIVE=off`."""
+
+    @property
+    def median_s(self) -> float:
+        """The figure: the median with the class archive."""
+        return statistics.median(self.archived_s)
+
+    @property
+    def plain_median_s(self) -> float:
+        return statistics.median(self.plain_s) if self.plain_s else float("nan")
+
+
+def first_routed_s(bootstrap: str, folder: Path, archive: bool) -> float:
+    """One `router run` on a fresh namespace: seconds from its start to its first message routed."""
+    prefix = new_prefix()
+    prepare(bootstrap, prefix, 10, messages=0)
+    database = next(d for d in I1.databases if d.services)
+    service = database.services[0]
+    probe = f"start-{uuid.uuid4().hex[:12]}"
+    key, value = lone_message(probe, service, database.name)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topics.outbound_topic(I1.name, prefix), value, key)
+    producer.flush(30)
+    queue = topics.queue_topic(I1.name, database.name, service, prefix)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-start-{prefix}",
+            "auto.offset.reset": "earliest",
+            "topic.metadata.refresh.interval.ms": 200,
+        }
+    )
+    consumer.subscribe([queue])
+    environment = {} if archive else {CLASS_ARCHIVE_ENV: "off"}
+    router = RouterProcess(bootstrap, prefix, folder / prefix, environment=environment)
+    try:
+        started = time.monotonic()  # `start` is the fork and exec, nothing before it
+        router.start()
+        while time.monotonic() - started < TIMEOUT_S:
+            record = consumer.poll(0.05)
+            if record is not None and not record.error() and message_id(record.value()) == probe:
+                return time.monotonic() - started
+            router.ensure_running("it routed its first message")
+        raise TimeoutError(f"router run routed nothing within {TIMEOUT_S:g} s:\n{router.log_tail()}")
+    finally:
+        if router.running():
+            router.stop()
+        consumer.close()
+
+
+def measure_startup(bootstrap: str, runs: int = RUNS) -> StartupResult:
+    """`runs` starts with the class archive and as many without, alternating."""
+    folder = Path(tempfile.mkdtemp(prefix="router-bench-start-"))
+    archived: list[float] = []
+    plain: list[float] = []
+    try:
+        for run in range(runs):
+            for archive, into in ((True, archived), (False, plain)):
+                seconds = first_routed_s(bootstrap, folder, archive)
+                into.append(seconds)
+                kind = "with" if archive else "without"
+                progress(
+                    f"bench: start {run + 1} of {runs} {kind} the class archive: "
+                    f"first message routed {seconds:.1f} s after the process started"
+                )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return StartupResult(tuple(archived), tuple(plain))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=RUNS, help=f"starts of each kind (default {RUNS})")
+    parser.add_argument(
+        "--bootstrap", default=None, help="a running broker (default: start the embedded one)"
+    )
+    args = parser.parse_args()
+    with kafka(args.bootstrap) as bootstrap:
+        result = measure_startup(bootstrap, args.runs)
+    print(
+        f"first message routed {result.median_s:.1f} s after the process started "
+        f"(median of {len(result.archived_s)}; without the class archive {result.plain_median_s:.1f} s)"
+    )
+
+
+if __name__ == "__main__":
+    main()
