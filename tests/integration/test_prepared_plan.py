@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streaming.kafka.admin import end_offsets, ensure_topics
-from streaming.spark.batch import _Prepared
+from streaming.spark.batch import _Prepared, empty_batch
 
 pytestmark = pytest.mark.integration
 
@@ -98,3 +98,32 @@ def test_a_query_with_a_shuffle_of_its_own_is_not_kept(
         return records(topic, shuffled if where == "in the plan" else under_an_rdd(shuffled))
 
     assert _Prepared.of(batch(spark, range(3)), build) is None
+
+
+def test_a_query_planned_over_an_empty_batch_runs_over_batches_with_no_shuffle_under_them(
+    spark: SparkSession, kafka_bootstrap: str, unique_topic: Callable[[str], str]
+) -> None:
+    # The job plans its query before the first micro-batch over `empty_batch` (no rows, the exact
+    # schema, the batches' partitions). Each batch here is read straight from a source, with no
+    # shuffle: its partitions are only known on the driver, and reach the tasks through the plan.
+    topic = unique_topic("prepared")
+    ensure_topics(kafka_bootstrap, [topic])
+    like = spark.createDataFrame([("m", 0)], "id string, kind int")
+    empty = empty_batch(like, 2)
+    assert empty.schema == like.schema
+    assert empty._jdf.queryExecution().toRdd().getNumPartitions() == 2
+    prepared = _Prepared.of(empty, lambda b: records(topic, b))
+    assert prepared is not None
+    options = {"kafka.bootstrap.servers": kafka_bootstrap}
+
+    nothing = prepared.write(empty, options)
+    assert nothing.getLong(0) == 0
+    assert values(kafka_bootstrap, topic) == []  # the run over no rows wrote nothing
+
+    source = spark.range(0, 6, 1, 2).select(
+        F.concat(F.lit("m"), F.col("id").cast("string")).alias("id"),
+        (F.col("id") % 3).cast("int").alias("kind"),
+    )
+    written = prepared.write(source, options)
+    assert (written.getLong(0), sorted(written.getList(1))) == (6, [f"m{i}" for i in range(6)])
+    assert sorted(values(kafka_bootstrap, topic)) == sorted(f"kind {i % 3}" for i in range(6))
