@@ -253,9 +253,7 @@ def write(folder: Path) -> dict[str, int]:
     generated_rule_cases(rules)
     # destination_unavailable is the writer's reason, not a rule's: no decision of an engine gives it.
     reasons = (r.value for r in Reason if r is not Reason.DESTINATION_UNAVAILABLE)
-    missing = [
-        x for x in (*(o.value for o in Outcome), *reasons, *STEPS) if x not in rules.seen()
-    ]
+    missing = [x for x in (*(o.value for o in Outcome), *reasons, *STEPS) if x not in rules.seen()]
     if missing:
         raise AssertionError(f"no case's decision has {missing}: generate more cases")
     memory = memory_cases()

@@ -121,6 +121,10 @@ def input_topics(settings: Settings) -> dict[str, str]:
     return {kind(instance, prefix): instance for instance in settings.instances for kind in kinds}
 
 
+PREPARE_WAIT_S = 30.0
+"""How long `close` waits for the batch plan's preparation (`RouterJob._prepare_plan`) to end."""
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -619,8 +623,9 @@ class RouterJob:
 
     def close(self) -> None:
         """Close the job's Kafka readers (the query is stopped by `run` and `replay`)."""
-        with self._batch_lock:  # a plan still being prepared reads the route snapshots
-            pass
+        # A plan still being prepared reads the route snapshots: wait for it, within reason.
+        if self._batch_lock.acquire(timeout=PREPARE_WAIT_S):
+            self._batch_lock.release()
         with self._outage.closing():
             self.snapshots.close()
             self.requests.close()

@@ -7,7 +7,6 @@ their own brokers in `tmp_path`, because they stop them.
 
 from __future__ import annotations
 
-import argparse
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -16,10 +15,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from streaming.commands import kafka as kafka_command
 from streaming.devtools.embedded_kafka import EmbeddedKafka, port_is_free
 from streaming.errors import KafkaUnavailable
 from streaming.kafka.admin import end_offsets, ensure_topics, topic_names
+from tests.commands import run_command
 
 pytestmark = pytest.mark.integration
 
@@ -120,37 +119,30 @@ def test_compacted_topic_keeps_last_value_per_key_and_drops_tombstoned_keys(
         time.sleep(0.5)  # the cleaner runs on its own schedule (log.cleaner.backoff.ms)
 
 
-def run_kafka_command(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="router")
-    kafka_command.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["kafka", *argv])
-    return int(args.func(args))
-
-
 def test_kafka_command_start_twice_status_and_stop(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state = ["--state-dir", str(tmp_path)]
     try:
-        assert run_kafka_command(["status", *state]) == 1
+        assert run_command(["kafka", "status", *state]) == 1
         assert "not running" in capsys.readouterr().out
 
-        assert run_kafka_command(["start", *state, "--port", "0"]) == 0
+        assert run_command(["kafka", "start", *state, "--port", "0"]) == 0
         first = capsys.readouterr().out
         assert "Kafka started at 127.0.0.1:" in first
         bootstrap = first.split("bootstrap: ", 1)[1].split()[0]
 
-        assert run_kafka_command(["start", *state, "--port", "0"]) == 0
+        assert run_command(["kafka", "start", *state, "--port", "0"]) == 0
         assert f"Kafka is already running at {bootstrap}" in capsys.readouterr().out
 
-        assert run_kafka_command(["status", *state]) == 0
+        assert run_command(["kafka", "status", *state]) == 0
         assert f"running at {bootstrap}" in capsys.readouterr().out
     finally:
-        assert run_kafka_command(["stop", *state]) == 0
+        assert run_command(["kafka", "stop", *state]) == 0
     assert "Kafka stopped in" in capsys.readouterr().out
-    assert run_kafka_command(["stop", *state]) == 0
+    assert run_command(["kafka", "stop", *state]) == 0
     assert "not running" in capsys.readouterr().out
-    assert run_kafka_command(["status", *state]) == 1
+    assert run_command(["kafka", "status", *state]) == 1
 
 
 def test_stop_is_clean_and_a_restart_keeps_the_data(tmp_path: Path) -> None:

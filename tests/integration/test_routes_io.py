@@ -8,7 +8,6 @@ uses its own topic prefix.
 
 from __future__ import annotations
 
-import argparse
 import json
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -16,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from streaming.commands import catalogs, routes
 from streaming.errors import ConfigError
 from streaming.kafka.admin import end_offsets
 from streaming.rules.model import Route
 from streaming.tables.reader import read_routes
 from streaming.topics import routes_topic
+from tests.commands import run_command
 
 pytestmark = pytest.mark.integration
 
@@ -32,16 +31,6 @@ GUID = "5fb8d92b-ed69-4c80-afbb-2aa6a7d3cb2d"
 @pytest.fixture
 def prefix() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
-
-
-def run_command(argv: list[str]) -> int:
-    """Run a `routes` or `catalogs` command as `router` would."""
-    parser = argparse.ArgumentParser(prog="router")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for module in (routes, catalogs):
-        module.register(sub)
-    args = parser.parse_args(argv)
-    return int(args.func(args))
 
 
 def test_dry_run_and_diff_print_the_change_and_write_nothing(

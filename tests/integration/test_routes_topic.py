@@ -5,7 +5,6 @@ Every test uses its own topic prefix (a uuid), so tests share the session's brok
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import uuid
@@ -14,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from streaming.commands import catalogs, routes, send, tail
 from streaming.errors import ConfigError
 from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import encode_route, route_to_record
@@ -31,6 +29,7 @@ from streaming.tables.topic_io import (
 )
 from streaming.tables.tsql import parse_route_script
 from streaming.topics import catalogs_topic, outbound_topic, routes_topic
+from tests.commands import run_command
 
 pytestmark = pytest.mark.integration
 
@@ -43,16 +42,6 @@ AW_GUID = "2b0c4f4e-6b1d-4a7e-9a35-1c7f0e6d5a01"
 @pytest.fixture
 def prefix() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
-
-
-def run_command(argv: list[str]) -> int:
-    """Run one of these commands as `router` would, with only these command modules registered."""
-    parser = argparse.ArgumentParser(prog="router")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for module in (routes, catalogs, send, tail):
-        module.register(sub)
-    args = parser.parse_args(argv)
-    return int(args.func(args))
 
 
 def now() -> datetime:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from datetime import datetime, timedelta, timezone
@@ -17,20 +16,12 @@ from streaming.errors import ConfigError
 from streaming.kafka import avro
 from streaming.rules.model import Route
 from streaming.tables.validate import Source
+from tests.commands import parse
 
 UTC = timezone.utc
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 REPO = Path(__file__).resolve().parents[2]
 GUID = "5fb8d92b-ed69-4c80-afbb-2aa6a7d3cb2d"
-
-
-def parse(argv: list[str]) -> argparse.Namespace:
-    """Parse like `router`, with only these command modules registered."""
-    parser = argparse.ArgumentParser(prog="router")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for module in (routes, catalogs, send, tail):
-        module.register(sub)
-    return parser.parse_args(argv)
 
 
 def test_bootstrap_flag_then_environment_then_settings_file_then_default(

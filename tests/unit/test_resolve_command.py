@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import subprocess
@@ -13,16 +12,10 @@ import pytest
 
 from streaming.commands import resolve
 from streaming.errors import ConfigError, RouterError
+from tests.commands import parse
 
 EXAMPLE = Path(__file__).parents[1] / "scenarios" / "examples" / "ex5b-load-balancing.yaml"
 REPO = Path(__file__).resolve().parents[2]
-
-
-def parse(argv: list[str]) -> argparse.Namespace:
-    """Parse like `router`, with only the resolve command registered."""
-    parser = argparse.ArgumentParser(prog="router")
-    resolve.register(parser.add_subparsers(dest="command", required=True))
-    return parser.parse_args(argv)
 
 
 def test_defaults_to_the_reference_engine() -> None:
