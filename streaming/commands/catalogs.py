@@ -20,7 +20,6 @@ from streaming.commands.common import (
     add_prefix_argument,
     add_table_list_arguments,
     empty_table_hint,
-    format_table,
     kafka_from,
     refuse_skipped,
     skipped_note,
@@ -30,6 +29,7 @@ from streaming.rules.model import Instance
 from streaming.tables.loading import load_catalog_files
 from streaming.tables.reader import read_catalog_table
 from streaming.tables.topic_io import publish_catalogs
+from streaming.text import format_table
 from streaming.topics import catalogs_topic
 
 

@@ -29,10 +29,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streaming.commands.common import add_kafka_arguments, format_table, kafka_from, utc_now
+from streaming.commands.common import add_kafka_arguments, kafka_from, utc_now
 from streaming.instants import format_age
 from streaming.spark.checkpoint import CheckpointSummary, summarize
 from streaming.spark.checkpoint_files import is_url, locate
+from streaming.text import format_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
@@ -131,18 +131,6 @@ def json_safe(value: object) -> object:
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return value
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Return rows as left-aligned columns under their headers."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
-        for line in (headers, *rows)
-    ]
-    return "\n".join(lines)
 
 
 def empty_table_hint(kafka: KafkaConnection, topic: str, prefix: str) -> str:

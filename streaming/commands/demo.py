@@ -19,7 +19,6 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from streaming import topics
-from streaming.commands.common import format_table
 from streaming.commands.kafka import default_state_dir
 from streaming.commands.send import send_records
 from streaming.commands.tail import headers_of
@@ -33,6 +32,7 @@ from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import ClientValue, client_config
 from streaming.tables.loading import load_catalog_files, load_route_files
 from streaming.tables.topic_io import publish_catalogs, publish_routes
+from streaming.text import format_table
 
 SERVICES = (("OrderParts", 0.5), ("AuditService", 0.4), ("NoSuchService", 0.1))
 

@@ -20,7 +20,6 @@ from streaming.commands.common import (
     add_kafka_arguments,
     add_prefix_argument,
     add_table_list_arguments,
-    format_table,
     kafka_from,
     refuse_skipped,
     skipped_note,
@@ -29,6 +28,7 @@ from streaming.rules.model import MirrorRole
 from streaming.tables.reader import read_mirror_roles
 from streaming.tables.topic_io import publish_mirror_roles
 from streaming.tables.validate import Source, check_mirror_role, check_tcp_address
+from streaming.text import format_table
 from streaming.topics import mirrors_topic
 
 

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 from streaming.commands.common import (
     add_kafka_arguments,
     add_prefix_argument,
-    format_table,
     kafka_from,
     utc_now,
 )
 from streaming.instants import window_start
+from streaming.text import format_table
 
 if TYPE_CHECKING:
     from streaming.redrive import RedriveSummary

@@ -41,7 +41,6 @@ from streaming.commands.common import (
     add_table_list_arguments,
     empty_table_hint,
     format_instant,
-    format_table,
     kafka_from,
     parse_instant_arg,
     refuse_skipped,
@@ -58,6 +57,7 @@ from streaming.tables.plan import RouteDiff, check_in_catalogs, diff_load
 from streaming.tables.reader import databases_by_instance, read_catalog_table, read_routes
 from streaming.tables.sys_routes import load_sys_routes_csv
 from streaming.tables.topic_io import migrate_routes, plan_route_migration, publish_routes
+from streaming.text import format_table
 from streaming.topics import catalogs_topic, routes_topic
 
 

@@ -46,7 +46,6 @@ from streaming import topics
 from streaming.commands.common import (
     add_kafka_arguments,
     add_prefix_argument,
-    format_table,
     kafka_from,
     utc_now,
 )
@@ -56,6 +55,7 @@ from streaming.kafka.connection import KafkaConnection, bootstrap_of
 from streaming.rules.model import Instance, normalize_address
 from streaming.tables.plan import planned_tables
 from streaming.tables.reader import databases_by_instance, read_catalog_table, read_mirror_roles, read_routes
+from streaming.text import format_table
 from streaming.whatif import (
     Partition,
     WhatIf,

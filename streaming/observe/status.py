@@ -49,7 +49,6 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streaming import topics
-from streaming.commands.common import format_table
 from streaming.errors import KafkaUnavailable, RouterError
 from streaming.instants import format_age, format_instant, format_span, parse_instant
 from streaming.kafka.admin import cluster_metadata
@@ -65,6 +64,7 @@ from streaming.tables.reader import (
     databases_by_instance,
     read_catalog_table,
 )
+from streaming.text import format_table
 
 DELAY_MARGIN_S = 60.0
 """How much earlier than (last batch - retry_s) the delayed topic is read: room for the clocks of the

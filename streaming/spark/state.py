@@ -188,10 +188,14 @@ def held_figures(spark: SparkSession, checkpoint: CheckpointPath, batch_id: int)
     Per instance (the state key's first part): the messages held (`m`), the conversation endpoints
     holding any (`c`), and the messages by the second they were delayed in (`s`).
     """
-    held = read_state(spark, checkpoint, batch_id).select(
-        F.split(F.col("key.value"), "\u0000").getItem(0).alias("instance"),
-        F.col("value.waiting.delayed_ms").alias("at"),
-    ).where(F.size("at") > 0)
+    held = (
+        read_state(spark, checkpoint, batch_id)
+        .select(
+            F.split(F.col("key.value"), "\u0000").getItem(0).alias("instance"),
+            F.col("value.waiting.delayed_ms").alias("at"),
+        )
+        .where(F.size("at") > 0)
+    )
     out: list[str] = []
     for row in (
         held.groupBy("instance").agg(F.sum(F.size("at")).alias("m"), F.count(F.lit(1)).alias("c")).collect()

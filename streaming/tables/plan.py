@@ -142,7 +142,6 @@ def check_in_catalogs(
         check_known_scope(change.route.scope, databases[change.instance], change.source, subject)
 
 
-
 def diff_tables(
     before: Mapping[str, Route],
     after: Mapping[str, Route],
