@@ -20,21 +20,16 @@ from confluent_kafka import Consumer, TopicPartition
 
 from streaming import topics
 from streaming.commands.kafka import default_state_dir
-from streaming.commands.send import send_records
 from streaming.commands.tail import headers_of
 from streaming.config import load_settings
+from streaming.devtools.demo_data import load_demo
 from streaming.devtools.embedded_kafka import DEFAULT_PORT, EmbeddedKafka
 from streaming.errors import RouterError
 from streaming.jars import project_root
 from streaming.kafka.admin import end_offsets, topic_names
-from streaming.kafka.avro import new_message_record
 from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import ClientValue, client_config
-from streaming.tables.loading import load_catalog_files, load_route_files
-from streaming.tables.topic_io import publish_catalogs, publish_routes
 from streaming.text import format_table
-
-SERVICES = (("OrderParts", 0.5), ("AuditService", 0.4), ("NoSuchService", 0.1))
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -121,47 +116,6 @@ def run(args: argparse.Namespace) -> int:
         "demo: the broker keeps running; stop it with `make kafka-stop` (or `.venv/bin/router kafka stop`)."
     )
     return 0
-
-
-def load_demo(bootstrap: str, prefix: str, data: Path, conversations: int, messages: int) -> tuple[int, int]:
-    """Load the demo's catalogs and routes from `data` under `prefix` and send its traffic from i1/AW.
-
-    Returns how many catalogs were loaded and how many messages were sent.
-    """
-    now = datetime.now(timezone.utc)
-    instances = load_catalog_files([data / "catalogs.yaml"])
-    publish_catalogs(bootstrap, instances, topics.catalogs_topic(prefix))
-    publish_routes(bootstrap, load_route_files([data / "routes.yaml"], now=now), topics.routes_topic(prefix))
-    records = []
-    for c in range(conversations):
-        service = _service_for(c)
-        conversation = str(uuid.uuid4())
-        for n in range(messages):
-            records.append(
-                new_message_record(
-                    message_id=f"{conversation}:{n}",
-                    conversation_id=conversation,
-                    sequence_number=n,
-                    to_service=service,
-                    from_service="InitiatorService",
-                    origin_database="AW",
-                    enqueued_at=now,
-                    body=f"<order n='{c}.{n}'/>".encode(),
-                )
-            )
-    send_records(bootstrap, topics.outbound_topic("i1", prefix), records)
-    return len(instances), len(records)
-
-
-def _service_for(conversation: int) -> str:
-    """Spread conversations over the demo's services in the SERVICES proportions."""
-    slot = (conversation % 10) / 10
-    total = 0.0
-    for service, share in SERVICES:
-        total += share
-        if slot < total:
-            return service
-    return SERVICES[-1][0]
 
 
 _NOT_DESTINATIONS = (".outbound", ".routes", ".catalogs", ".mirrors", ".choices", ".requests")

@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from streaming.commands.demo import load_demo
 from streaming.config import load_settings
+from streaming.devtools.demo_data import load_demo
 from streaming.devtools.embedded_kafka import EmbeddedKafka
 from streaming.jars import driver_class_archive, project_root
 
