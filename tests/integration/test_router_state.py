@@ -280,7 +280,9 @@ def test_a_delayed_conversation_waits_then_leaves_whole_and_in_order(
     """D1, D2: messages wait in the state; when the first is retry_s old all leave, ahead of new ones."""
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     keeper = Keeper(spark, tmp_path, retry_s=3600)
-    delayed_at = datetime.now(timezone.utc)
+    # Delayed well before the steps run: due at once when `retry_s` drops to 1 s, however quickly
+    # the steps follow one another.
+    delayed_at = datetime.now(timezone.utc) - timedelta(seconds=30)
     got = keeper.step(
         [message(10, pos=1 << 60), message(0, conversation="other", pos=1 << 60)],
         delayed=[delayed(1, at=delayed_at, address="tcp://a:4022"), delayed(0, at=delayed_at)],
@@ -324,7 +326,9 @@ def test_a_delayed_message_read_back_twice_leaves_once(spark: SparkSession, tmp_
     copies as one message (the first copy, kept in the state store across batches), released once."""
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     keeper = Keeper(spark, tmp_path, retry_s=3600)
-    delayed_at = datetime.now(timezone.utc)
+    # Delayed well before the steps run: once `retry_s` drops to 1 s it is due at once, however
+    # quickly the steps follow one another.
+    delayed_at = datetime.now(timezone.utc) - timedelta(seconds=30)
     assert keeper.step([], delayed=[delayed(0, at=delayed_at)]) == []
     # The copy comes back one batch later, at a later position, beside a message delayed after it.
     copy = {**delayed(0, at=delayed_at + timedelta(seconds=1)), "pos": 5}
