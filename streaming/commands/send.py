@@ -34,11 +34,10 @@ from streaming.commands.common import (
     utc_now,
 )
 from streaming.errors import ConfigError, MalformedRecord
-from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import Record, encode_message, new_message_record
 from streaming.kafka.connection import Kafka
 from streaming.rules.model import CURRENT_DATABASE, DEFAULT_HOPS
-from streaming.tables.topic_io import produce_records, read_catalogs
+from streaming.tables.topic_io import read_catalogs, send_records
 from streaming.tables.validate import Source, check_guid, fail
 from streaming.tables.yaml_files import LineDict, LineList, parse_yaml, read_text
 from streaming.topics import catalogs_topic, inbound_topic, outbound_topic
@@ -270,13 +269,3 @@ def check_origins(records: list[Record], inbound: bool, file: Path | None) -> No
                 f"{where}: message {record['message_id']}: expected the sending database "
                 "(--from-database or origin_database), got none"
             )
-
-
-def send_records(kafka: Kafka, topic: str, records: list[Record]) -> int:
-    """Produce message records to `topic`, keyed by conversation id; return how many."""
-    ensure_topics(kafka, [topic])
-    return produce_records(
-        kafka,
-        topic,
-        ((str(r["conversation_id"]).encode("utf-8"), encode_message(r), None) for r in records),
-    )

@@ -13,10 +13,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from streaming import topics
-from streaming.kafka.admin import ensure_topics
-from streaming.kafka.avro import encode_message, new_message_record
+from streaming.kafka.avro import new_message_record
 from streaming.tables.loading import load_catalog_files, load_route_files
-from streaming.tables.topic_io import produce_records, publish_catalogs, publish_routes
+from streaming.tables.topic_io import publish_catalogs, publish_routes, send_records
 
 SERVICES = (("OrderParts", 0.5), ("AuditService", 0.4), ("NoSuchService", 0.1))
 """The services the demo's conversations go to, with each one's share."""
@@ -48,10 +47,7 @@ def load_demo(bootstrap: str, prefix: str, data: Path, conversations: int, messa
                     body=f"<order n='{c}.{n}'/>".encode(),
                 )
             )
-    outbound = topics.outbound_topic("i1", prefix)
-    ensure_topics(bootstrap, [outbound])
-    keyed = ((str(r["conversation_id"]).encode("utf-8"), encode_message(r), None) for r in records)
-    return len(instances), produce_records(bootstrap, outbound, keyed)
+    return len(instances), send_records(bootstrap, topics.outbound_topic("i1", prefix), records)
 
 
 def _service_for(conversation: int) -> str:

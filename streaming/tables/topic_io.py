@@ -12,6 +12,9 @@ empty table with version `none`.
 
 Publishing validates everything first (an ALTER needs the current value: the table is read, the
 operations are applied to it, and only then is anything produced).
+
+The one-off writer the publishing uses (`RecordWriter`, `produce_records`) serves other topics too:
+`send_records` puts message records on an instance's input topic.
 """
 
 from __future__ import annotations
@@ -23,7 +26,14 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from streaming.errors import ConfigError, KafkaUnavailable, MalformedRecord, RouterError
 from streaming.kafka.admin import ensure_topics
-from streaming.kafka.avro import catalog_to_record, encode_catalog, encode_route, route_to_record
+from streaming.kafka.avro import (
+    Record,
+    catalog_to_record,
+    encode_catalog,
+    encode_message,
+    encode_route,
+    route_to_record,
+)
 from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import Kafka, bootstrap_of, producer_config
 from streaming.rules.model import Instance, MirrorRole, Route, normalize_address
@@ -147,6 +157,16 @@ def produce_records(
     """`RecordWriter.write` with a producer of its own, for a one-off write."""
     with RecordWriter(kafka) as writer:
         return writer.write(topic, records, timeout=timeout)
+
+
+def send_records(kafka: Kafka, topic: str, records: Iterable[Record]) -> int:
+    """Produce message records to `topic` (created if missing), keyed by conversation id; return how many."""
+    ensure_topics(kafka, [topic])
+    return produce_records(
+        kafka,
+        topic,
+        ((str(r["conversation_id"]).encode("utf-8"), encode_message(r), None) for r in records),
+    )
 
 
 def route_record(instance: str, route: Route) -> tuple[bytes, bytes, None]:

@@ -19,13 +19,12 @@ from pyspark.sql import SparkSession
 
 from streaming import topics
 from streaming.cli import main
-from streaming.commands.send import send_records
 from streaming.config import load_settings
 from streaming.jars import project_root
 from streaming.kafka.avro import new_message_record
 from streaming.spark.job import RouterJob
 from streaming.tables.loading import load_catalog_files, load_route_files
-from streaming.tables.topic_io import produce_records, publish_catalogs, publish_routes
+from streaming.tables.topic_io import produce_records, publish_catalogs, publish_routes, send_records
 
 pytestmark = pytest.mark.integration
 
