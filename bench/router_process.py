@@ -128,20 +128,24 @@ class RouterProcess:
             code = None if self.process is None else self.process.returncode
             raise RouterExited(f"router run ended ({code}) before {waiting_for}:\n{self.log_tail()}")
 
-    def wait_until_routing(self, timeout: float = READY_TIMEOUT_S) -> float:
-        """Send a probe message and wait until it is routed; return the seconds that took.
+    def send_probe(self, kind: str = "probe") -> tuple[str, str]:
+        """Send one message to the first service of the instance's first database that has services.
 
-        The probe goes to the first service of the instance's first database that has services;
-        its table needs a route that delivers it (the benchmark's tables have a LOCAL route).
+        Returns its id (`kind` and a random part) and the queue topic the router delivers it to; the
+        service's table needs a route that delivers it (the benchmark's tables have a LOCAL route).
         """
         database = next(d for d in self.instance.databases if d.services)
         service = database.services[0]
-        probe = f"probe-{uuid.uuid4().hex[:12]}"
+        probe = f"{kind}-{uuid.uuid4().hex[:12]}"
         key, value = lone_message(probe, service, database.name)
         producer = Producer({"bootstrap.servers": self.bootstrap})
         producer.produce(topics.outbound_topic(self.instance.name, self.prefix), value, key)
         producer.flush(30)
-        queue = topics.queue_topic(self.instance.name, database.name, service, self.prefix)
+        return probe, topics.queue_topic(self.instance.name, database.name, service, self.prefix)
+
+    def wait_until_routing(self, timeout: float = READY_TIMEOUT_S) -> float:
+        """Send a probe message (`send_probe`) and wait until it is routed; return the seconds that took."""
+        probe, queue = self.send_probe()
         started = time.monotonic()
         while True:
             self.ensure_running("it routed the probe message")

@@ -22,15 +22,13 @@ import shutil
 import statistics
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 
-from bench.common import I1, kafka, lone_message, message_id, new_prefix, prepare, progress
+from bench.common import kafka, message_id, new_prefix, prepare, progress
 from bench.router_process import RouterProcess
-from streaming import topics
 from streaming.spark.session import CLASS_ARCHIVE_ENV
 
 RUNS = 3
@@ -62,14 +60,9 @@ def first_routed_s(bootstrap: str, folder: Path, archive: bool) -> float:
     """One `router run` on a fresh namespace: seconds from its start to its first message routed."""
     prefix = new_prefix()
     prepare(bootstrap, prefix, 10, messages=0)
-    database = next(d for d in I1.databases if d.services)
-    service = database.services[0]
-    probe = f"start-{uuid.uuid4().hex[:12]}"
-    key, value = lone_message(probe, service, database.name)
-    producer = Producer({"bootstrap.servers": bootstrap})
-    producer.produce(topics.outbound_topic(I1.name, prefix), value, key)
-    producer.flush(30)
-    queue = topics.queue_topic(I1.name, database.name, service, prefix)
+    environment = {} if archive else {CLASS_ARCHIVE_ENV: "off"}
+    router = RouterProcess(bootstrap, prefix, folder / prefix, environment=environment)
+    probe, queue = router.send_probe("start")
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -79,8 +72,6 @@ def first_routed_s(bootstrap: str, folder: Path, archive: bool) -> float:
         }
     )
     consumer.subscribe([queue])
-    environment = {} if archive else {CLASS_ARCHIVE_ENV: "off"}
-    router = RouterProcess(bootstrap, prefix, folder / prefix, environment=environment)
     try:
         started = time.monotonic()  # `start` is the fork and exec, nothing before it
         router.start()
