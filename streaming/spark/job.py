@@ -171,8 +171,6 @@ class RouterJob:
         self._reports: dict[int, BatchReport] = {}
         self._plan: BatchPlan | None = None
         self._plan_key: tuple[object, ...] | None = None
-        self._plan_partitions: int | None = None
-        """The partitions of the plan prepared before the first batch (`_prepare_plan`), until checked."""
         self._batch_lock = threading.Lock()
         """Held by a micro-batch's work, and by the plan's preparation before the first one."""
         self._inputs = DecisionInputs(spark)
@@ -292,7 +290,9 @@ class RouterJob:
         writes nothing. The first micro-batch then finds its plan ready (`_plan_for`), as later
         ones do. The batch lock, taken here and handed to the thread, keeps the first micro-batch
         waiting until the plan is ready. A failure here is left to the first batch, which plans
-        again and reports what fails.
+        again and reports what fails. `partitions` are the batches' own: `start` refuses a
+        checkpoint whose state partitions differ (`check_state_partitions`), and a kept plan refuses
+        a batch of another number (`router.plan.BatchInput`).
         """
         self._batch_lock.acquire()
 
@@ -302,7 +302,6 @@ class RouterJob:
                 empty = empty_batch(stream, partitions)
                 snapshot = self.snapshots.at(_now())
                 self._plan_for(snapshot, empty).run(empty, snapshot)
-                self._plan_partitions = partitions
                 log.debug("the batch plan was prepared in %.3fs", time.monotonic() - started)
             except Exception as error:
                 self._plan = self._plan_key = None
@@ -712,12 +711,6 @@ class RouterJob:
 
     def _plan_for(self, snapshot: Snapshot, batch: DataFrame) -> BatchPlan:
         """The batch plan, built again only when its shape or the unavailable destinations changed."""
-        if self._plan_partitions is not None:
-            # Prepared before the first batch for the partitions the settings name; the checkpoint's
-            # state partitions are the batches' (`check_state_partitions` holds them equal).
-            if batch._jdf.queryExecution().toRdd().getNumPartitions() != self._plan_partitions:
-                self._plan = None
-            self._plan_partitions = None
         unavailable = dict(self.snapshots.unavailable)
         shape = replace(snapshot.flags, valid_until=None)
         key = (shape, tuple(sorted(unavailable.items())))
