@@ -73,6 +73,10 @@ if ! stamp_is_current pip pyproject.toml || [[ ! -x "$VENV/bin/router" ]]; then
     did_something=1
 fi
 
+# The jars pyspark ships: the classpath the tests' HDFS compiles against (5) and the start of the
+# driver's (6).
+pyspark_jars="$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
+
 # 3. Jars: copied into a fresh folder, swapped in whole, so no jar of an older pom is left behind.
 for side in spark kafka kafka-tools hdfs-test; do
     pom="jvm/$side/pom.xml"
@@ -133,7 +137,6 @@ if ! stamp_is_current jars-hdfs-test-main "$hdfs_input" || [[ ! -f "$hdfs_jar" ]
     rm -rf "$classes"
     mkdir -p "$classes" "$(dirname "$hdfs_jar")"
     # Every lint but [path]: pyspark's jars name, in their manifests, jars that pyspark does not ship.
-    pyspark_jars="$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
     if ! javac -Xlint:all,-path -Werror --release 17 -d "$classes" \
         -cp "$pyspark_jars/*:$CACHE/jars/hdfs-test/*" \
         $(find jvm/hdfs-test/src -name '*.java' | sort) >"$CACHE/javac-hdfs-test.log" 2>&1; then
@@ -153,7 +156,6 @@ fi
 # is recorded again when any jar on it, or the JDK, changed.
 if [[ "${ROUTER_CLASS_ARCHIVE:-}" != "off" ]]; then
     archive_input="$CACHE/class-archive-input.txt"
-    pyspark_jars="$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
     { find "$pyspark_jars" "$CACHE/jars/spark" "$CACHE/jars/router" -name '*.jar' -printf '%p %s %T@\n' | sort
       java -version 2>&1; } >"$archive_input"
     archive="$CACHE/class-archive/driver.jsa"

@@ -44,19 +44,18 @@ def record(out: Path) -> None:
             prefix = "classes"
             load_demo(bootstrap, prefix, project_root() / "routes" / "demo", conversations=30, messages=2)
             spark = build_session("router-class-archive", record_classes=partial)
-            for instance in ("i1",):
-                settings = load_settings(
-                    None,
-                    instance=instance,
-                    bootstrap=bootstrap,
-                    topic_prefix=prefix,
-                    checkpoint_dir=str(folder / "checkpoints" / instance),
-                )
-                job = RouterJob(spark, settings)
-                try:
-                    job.replay()
-                finally:
-                    job.close()
+            settings = load_settings(
+                None,
+                instance="i1",
+                bootstrap=bootstrap,
+                topic_prefix=prefix,
+                checkpoint_dir=str(folder / "checkpoint"),
+            )
+            job = RouterJob(spark, settings)
+            try:
+                job.replay()
+            finally:
+                job.close()
             spark.stop()
             _end_jvm()
     finally:

@@ -77,12 +77,12 @@ def archive_options(record: Path | None = None) -> list[str]:
 
     Starting, the driver loads and verifies about 20,000 classes out of some 300 jars, each class
     looked up jar after jar. `make setup` records the classes of a short run of the router (the
-    demo's three instances, `streaming.devtools.class_archive`) into a dynamic CDS archive, which
+    demo's instance i1, `streaming.devtools.class_archive`) into a dynamic CDS archive, which
     later JVMs map at start instead. Measured on `router run` (one message waiting, quiet
-    machine): the first message routed 11.5-12.5 s after the process started with the archive,
-    14.4-14.8 s without. The archive holds the classpath it was made with: a JVM with another
-    classpath (a rebuilt jar, a cluster's `spark.jars`) ignores it, silently, and loads its classes
-    as before; `make setup` makes it again when the router's jar changes.
+    machine, `bench/startup.py`): the first message routed 8.3-9.2 s after the process started
+    with the archive, 11.8-12.5 s without. The archive holds the classpath it was made with: a JVM
+    with another classpath (a rebuilt jar, a cluster's `spark.jars`) ignores it, silently, and
+    loads its classes as before; `make setup` records it again when a jar on it or the JDK changes.
     """
     if record is not None:
         return [f"-XX:ArchiveClassesAtExit={record}", *QUIET_ARCHIVE]
