@@ -67,10 +67,15 @@ def drop(
     prefix: str,
     records: Sequence[tuple[str, str, str, str]],
     more: Sequence[tuple[str, bytes]] = (),
+    written_ms: Sequence[int] = (),
 ) -> None:
-    """Write (id, service, reason, input kind) records to i1's dropped topic, as the router does."""
+    """Write (id, service, reason, input kind) records to i1's dropped topic, as the router does.
+
+    `written_ms`: the records' timestamps (epoch ms), in their order; by default the producer's clock.
+    """
     producer = Producer({"bootstrap.servers": bootstrap})
-    for message_id, service, reason, kind in records:
+    stamps = list(written_ms) or [0] * len(records)  # 0: the producer stamps the record
+    for (message_id, service, reason, kind), stamp in zip(records, stamps, strict=True):
         source = (
             topics.outbound_topic("i1", prefix) if kind == "outbound" else topics.inbound_topic("i1", prefix)
         )
@@ -87,6 +92,7 @@ def drop(
             key=f"c-{message_id}".encode(),
             value=message(message_id, service),
             headers=headers,
+            timestamp=stamp,
         )
     assert producer.flush(30) == 0
 
@@ -213,6 +219,42 @@ def test_filters_choose_and_consume_and_bounds_leave_the_rest(
     said = capsys.readouterr().err
     assert said.count("sent back 1 time(s) already (--max-redrives 1); skipped") == 2
     assert ids(kafka_bootstrap, outbound) == Counter({"r1": 1, "r3": 1, "r2": 1, "h1": 1})
+
+
+def test_since_and_until_bound_the_records_by_when_they_were_written(kafka_bootstrap: str) -> None:
+    """--since leaves out records written before it, and the group reads past them; --until stops at
+    the first record written at it or later, which a later run takes."""
+    prefix = make_prefix(kafka_bootstrap)
+    hour_ago = int(datetime.now(timezone.utc).timestamp() * 1000) - 3_600_000
+    drop(
+        kafka_bootstrap,
+        prefix,
+        [(m, "Far", "no_route", "outbound") for m in ("old", "mid", "new")],
+        written_ms=[hour_ago, hour_ago + 60_000, hour_ago + 120_000],
+    )
+
+    def instant(ms: int) -> str:
+        return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat()
+
+    since, until = instant(hour_ago + 30_000), instant(hour_ago + 90_000)
+    assert redrive(kafka_bootstrap, prefix, "--from", "dropped", "--since", since, "--until", until) == 0
+    outbound = topics.outbound_topic("i1", prefix)
+    assert ids(kafka_bootstrap, outbound) == Counter({"mid": 1})
+    # "old" was read past and committed; "new", at or after --until, was left for this run.
+    assert redrive(kafka_bootstrap, prefix, "--from", "dropped") == 0
+    assert ids(kafka_bootstrap, outbound) == Counter({"mid": 1, "new": 1})
+
+
+def test_rate_paces_the_records_sent(kafka_bootstrap: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """--rate N sends the k-th record no sooner than (k - 1) / N seconds after the run began."""
+    prefix = make_prefix(kafka_bootstrap)
+    drop(kafka_bootstrap, prefix, [(f"m{n}", "Far", "no_route", "outbound") for n in range(8)])
+    assert redrive(kafka_bootstrap, prefix, "--from", "dropped", "--rate", "2", "--json") == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["sent"] == 8
+    # The eighth record was due 7 / 2 s after the start (unpaced, the run takes about 1.4 s).
+    assert summary["seconds"] >= 3.5
+    assert sum(ids(kafka_bootstrap, topics.outbound_topic("i1", prefix)).values()) == 8
 
 
 def test_dry_run_counts_and_writes_nothing(kafka_bootstrap: str, capsys: pytest.CaptureFixture[str]) -> None:
