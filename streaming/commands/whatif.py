@@ -46,9 +46,11 @@ from streaming import topics
 from streaming.commands.common import (
     add_kafka_arguments,
     add_prefix_argument,
+    config_path,
     kafka_from,
     utc_now,
 )
+from streaming.config import Settings, load_settings
 from streaming.errors import ConfigError, KafkaUnavailable, RouterError
 from streaming.instants import format_instant, window_start
 from streaming.kafka.connection import KafkaConnection, bootstrap_of
@@ -69,8 +71,6 @@ from streaming.whatif import (
 )
 
 DEFAULT_SINCE = "1h"
-DEFAULT_KEEP_CHOICE_S = 3600.0
-"""The router's default `keep_choice_s` (K2)."""
 
 
 def register(subparsers: Any) -> None:
@@ -107,10 +107,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--keep-choice-s",
         type=float,
-        default=DEFAULT_KEEP_CHOICE_S,
+        default=None,
         metavar="S",
-        help=f"how long the router keeps a choice (its keep_choice_s, default {DEFAULT_KEEP_CHOICE_S:g}): "
-        "older choices on the choices topic are not counted",
+        help="how long the router keeps a choice (default: the settings file's keep_choice_s, else the "
+        f"router's default, {Settings.keep_choice_s:g}): older choices on the choices topic are not counted",
     )
     parser.add_argument("--json", action="store_true", help="print the report as one JSON line")
     parser.add_argument(
@@ -126,6 +126,7 @@ def run_whatif(args: argparse.Namespace) -> int:
     """Decide the window twice; print the report (stdout) and what was read in how long (stderr)."""
     started = time.monotonic()
     check_window(args.since, args.max)
+    keep_s = keep_choice_s(args)
     if args.chart is not None and not args.chart.parent.is_dir():
         raise ConfigError(
             f"--chart: expected a file in an existing folder, got {str(args.chart)!r}; create the folder"
@@ -170,9 +171,8 @@ def run_whatif(args: argparse.Namespace) -> int:
     choices_topic = topics.choices_topic(instance.name, prefix)
     choice_marks = _watermarks(kafka, [choices_topic])
 
-    report = _decide(
-        kafka, instance, catalogs, prefix, ranges, choice_marks, live_routes, planned_routes, args, now
-    )
+    routes = (live_routes, planned_routes)
+    report = _decide(kafka, instance, catalogs, prefix, ranges, choice_marks, *routes, args, now, keep_s)
     if args.json:
         print(json.dumps(report.to_json(), separators=(",", ":")), flush=True)
     else:
@@ -201,8 +201,12 @@ def _decide(
     planned_routes: list[Any],
     args: argparse.Namespace,
     now: Any,
+    keep_s: float,
 ) -> WhatIf:
-    """The Spark part: the snapshots, the window decided twice, the kept choices left without a route."""
+    """The Spark part: the snapshots, the window decided twice, the kept choices left without a route.
+
+    `keep_s`: how long the router keeps a choice (K2); older choices are not counted.
+    """
     from streaming.spark.decision import DecisionInputs, build_snapshot
     from streaming.spark.session import build_session
     from streaming.spark.snapshot import topic_naming
@@ -244,12 +248,22 @@ def _decide(
             kafka,
             choice_marks,
             removed_identities(live_routes, planned_routes, now),
-            _ms(now) - int(args.keep_choice_s * 1000),
+            _ms(now) - int(keep_s * 1000),
         )
     finally:
         for snapshot in snapshots:
             snapshot.release()
     return dataclasses.replace(found, kept=tuple(kept))
+
+
+def keep_choice_s(args: argparse.Namespace) -> float:
+    """How long the router keeps a choice (K2): `--keep-choice-s`, else the settings file's, else the default.
+
+    The settings file is `--config`, else $ROUTER_CONFIG (`config_path`); one that is not valid is refused.
+    """
+    if args.keep_choice_s is not None:
+        return float(args.keep_choice_s)
+    return load_settings(config_path(args), instance=args.instance).keep_choice_s
 
 
 def _ms(instant: Any) -> int:

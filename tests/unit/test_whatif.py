@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from streaming.commands.whatif import format_report
+from streaming.commands.whatif import format_report, keep_choice_s
+from streaming.config import CONFIG_ENV, Settings
 from streaming.errors import ConfigError
 from streaming.rules.model import Route
 from streaming.tables.operations import RouteOperation, route_key
@@ -27,6 +28,7 @@ from streaming.whatif import (
     route_operations,
     since_ranges,
 )
+from tests.commands import parse
 
 NOW = datetime(2026, 11, 28, 12, 0, tzinfo=timezone.utc)
 
@@ -217,3 +219,23 @@ def test_the_report_for_people() -> None:
     assert lines[-3] == "services that would start to be delayed:"
     assert lines[-2].split() == ["SERVICE", "MESSAGES", "CONVERSATIONS"]
     assert lines[-1].split() == ["Orders", "20", "7"]
+
+
+# --- how long a choice is kept ----------------------------------------------------------------------
+
+
+def test_the_choices_counted_are_kept_as_long_as_the_flag_else_the_settings_file_else_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    args = ["whatif", "change.yaml", "--instance", "i1"]
+    assert keep_choice_s(parse(args)) == Settings.keep_choice_s == 3600
+    settings = tmp_path / "router.yaml"
+    settings.write_text("instance: i1\nkeep_choice_s: 120\n", encoding="utf-8")
+    assert keep_choice_s(parse([*args, "--config", str(settings)])) == 120
+    monkeypatch.setenv(CONFIG_ENV, str(settings))
+    assert keep_choice_s(parse(args)) == 120
+    assert keep_choice_s(parse([*args, "--keep-choice-s", "5"])) == 5
+    settings.write_text("instance: i1\nkeep_choice_s: -1\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="keep_choice_s must be 0"):
+        keep_choice_s(parse(args))
