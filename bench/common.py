@@ -105,6 +105,16 @@ def compile_seconds(spark: SparkSession) -> float:
     return management.ManagementFactory.getCompilationMXBean().getTotalCompilationTime() / 1000.0
 
 
+def cpu_seconds(spark: SparkSession) -> float:
+    """CPU seconds the session's JVM process has used so far: every thread's (tasks, driver, JIT, GC).
+
+    The embedded broker is a process of its own, and not counted. NaN where the JDK cannot tell.
+    """
+    info = session_jvm(spark, "the JVM's CPU time needs").java.lang.ProcessHandle.current().info()
+    total = info.totalCpuDuration()
+    return total.get().toNanos() / 1e9 if total.isPresent() else float("nan")
+
+
 @contextmanager
 def spark_bench(bootstrap: str | None, name: str) -> Iterator[tuple[SparkSession, str, Path]]:
     """A broker (`kafka`), a SparkSession called `name` and a scratch folder, removed afterwards."""

@@ -9,8 +9,8 @@ In order, on the same broker and the same kind of records (`bench.common`):
 1. the transport (`bench.transport`): a confluent-kafka consume -> produce copy, and Kafka's own
    ConsumerPerformance and ProducerPerformance;
 2. throughput (`bench.throughput`): the Spark pass-through and the router with each route-table
-   size, with the Spark jobs and stages of each micro-batch and the JIT's compile time during each
-   run; then both again in a long run (`--sustained` records, 10 routes), warmer;
+   size, with the Spark jobs and stages of each micro-batch, the JIT's compile time and the JVM's
+   CPU time during each run; then both again in a long run (`--sustained` records, 10 routes), warmer;
 3. where the router's CPU goes (`bench.profile`): its steps' shares of the JVM's CPU samples;
 4. the Python loop a user might write instead (`bench.python_loop`), on 10 routes;
 5. the router with a share (`--late`) of the conversations delayed, then released once routes for
@@ -282,7 +282,25 @@ def _measurement_figures(m: Measurement) -> dict[str, Any]:
         "batches": len(m.router.batches),
         "passthrough_compile_s": m.passthrough_compile_s,
         "router_compile_s": m.router_compile_s,
+        "passthrough_cpu_s": m.passthrough_cpu_s,
+        "router_cpu_s": m.router_cpu_s,
     }
+
+
+def _cpu_lines(throughput: list[Measurement]) -> list[str]:
+    """RESULTS.md: the JVM's CPU per message, and the cores 0.7x the pass-through would take."""
+    if not throughput:
+        return []
+    m = next((x for x in throughput if x.routes == 1_000), throughput[0])
+    return [
+        "JVM CPU per message: the CPU time of the Spark JVM over the run (every thread: tasks, driver, "
+        "garbage collector; the broker is a process of its own and not counted), less the time its JIT "
+        "compilers took (warm-up, above), per message. The cores kept busy count the JIT's time too. At "
+        f"the CPU per message it used with {m.routes:,} routes, the router would keep "
+        f"{m.cores_for(0.7):.1f} cores busy at 0.7x the pass-through's rate ({0.7 * m.passthrough_rate:,.0f} "
+        f"msg/s), on a machine of {CORES}, which the broker shares.",
+        "",
+    ]
 
 
 def _summary(result: LatencyResult) -> dict[str, Any]:
@@ -405,19 +423,22 @@ def render(
         f"{loop.rate:,.0f} |",
         "",
         "| routes | router / pass-through | router msg/s within its full micro-batches "
-        "| Spark jobs per micro-batch | stages per micro-batch |",
-        "|---:|---:|---:|---:|---:|",
+        "| Spark jobs per micro-batch | stages per micro-batch | JVM CPU per message: pass-through, router "
+        "| cores the router kept busy |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m in throughput:
         jobs, stages = m.router.jobs_per_batch()
         lines.append(
-            f"| {m.routes:,} | {m.ratio:.2f} | {m.router.full_batch_rate():,.0f} | {jobs:g} | {stages:g} |"
+            f"| {m.routes:,} | {m.ratio:.2f} | {m.router.full_batch_rate():,.0f} | {jobs:g} | {stages:g} | "
+            f"{m.passthrough_cpu_us:.1f} µs, {m.router_cpu_us:.1f} µs | {m.router_cores:.2f} |"
         )
     lines += [
         "",
         "Within its full micro-batches: the messages those batches decided over their time, without the "
         "query's start, the last, partial batches and the stop, which the rate above counts.",
         "",
+        *_cpu_lines(throughput),
         f"Jobs per micro-batch before: {JOBS_BEFORE}.",
         "",
         *warm_up_lines(throughput, sustained, CORES),

@@ -16,7 +16,8 @@ at most `--per-batch` records:
 
 `WARM_UPS` unmeasured runs of both, on as many records, warm the JVM up first. Rates are messages per
 second of query time. Each measured run also records how long the JVM's JIT compilers worked during
-it (`compile_seconds`): the warm-up it still paid. `--sustained N` adds a long run of both on N
+it (`compile_seconds`), the warm-up it still paid, and the CPU time the JVM used (`cpu_seconds`):
+its CPU per message, and the cores it kept busy. `--sustained N` adds a long run of both on N
 records (10 routes) after the others. `run_delayed` times the router on records of which a share of the
 conversations has no route until routes are written, and `bench.run` gathers everything into
 bench/RESULTS.md. Without --bootstrap it starts the embedded broker on a free port.
@@ -34,7 +35,16 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 
-from bench.common import I1, compile_seconds, late_routes, new_prefix, prepare, progress, spark_bench
+from bench.common import (
+    I1,
+    compile_seconds,
+    cpu_seconds,
+    late_routes,
+    new_prefix,
+    prepare,
+    progress,
+    spark_bench,
+)
 from streaming import topics
 from streaming.config import Settings, load_settings
 from streaming.kafka.admin import ensure_topics
@@ -60,6 +70,10 @@ class Measurement:
     """Seconds the JVM's JIT compilers spent while the pass-through ran (`compile_seconds`)."""
     router_compile_s: float = 0.0
     """The same, while the router ran: the JIT still compiling is warm-up the run still pays."""
+    passthrough_cpu_s: float = float("nan")
+    """CPU seconds the JVM used while the pass-through ran (`cpu_seconds`; the broker not counted)."""
+    router_cpu_s: float = float("nan")
+    """The same, while the router ran."""
 
     @property
     def passthrough_rate(self) -> float:
@@ -73,6 +87,32 @@ class Measurement:
     def ratio(self) -> float:
         """The router's rate over the pass-through's."""
         return self.router_rate / self.passthrough_rate
+
+    @property
+    def passthrough_cpu_us(self) -> float:
+        """The JVM's CPU per message while the pass-through ran, in microseconds, the JIT's left out."""
+        return (self.passthrough_cpu_s - self.passthrough_compile_s) / self.messages * 1e6
+
+    @property
+    def router_cpu_us(self) -> float:
+        """The JVM's CPU per message while the router ran, in microseconds, the JIT's left out.
+
+        The JIT's compiling is warm-up a longer run pays less of; what is left is the work itself.
+        """
+        return (self.router_cpu_s - self.router_compile_s) / self.messages * 1e6
+
+    @property
+    def router_cores(self) -> float:
+        """The cores the router's JVM kept busy on average: all its CPU (the JIT's too) over its time."""
+        return self.router_cpu_s / self.router.seconds
+
+    def cores_for(self, ratio: float) -> float:
+        """The cores the router would keep busy at `ratio` times the pass-through's rate.
+
+        At its CPU per message in this run, the JIT's left out (`router_cpu_us`): what reaching that
+        ratio would take of the machine, once warm.
+        """
+        return ratio * self.passthrough_rate * self.router_cpu_us / 1e6
 
     def router_compile_share(self, cores: int) -> float:
         """The JIT's compile time over the CPU time the router's run had (`cores` times its seconds)."""
@@ -244,21 +284,32 @@ def measure_once(
     prefix = new_prefix()
     outbound = prepare(bootstrap, prefix, routes, messages)
     progress(f"bench: {routes:,} routes: produced {messages:,} messages; running the pass-through")
-    before = compile_seconds(spark)
+    before, cpu_before = compile_seconds(spark), cpu_seconds(spark)
     passthrough_s = run_passthrough(
         spark, bootstrap, outbound, f"{prefix}.passthrough", folder / f"{prefix}-pt", per_batch
     )
-    between = compile_seconds(spark)
+    between, cpu_between = compile_seconds(spark), cpu_seconds(spark)
     progress(f"bench: {routes:,} routes: pass-through {passthrough_s:.1f}s; running the router")
     router = run_router(spark, router_settings(bootstrap, prefix, folder / f"{prefix}-router", per_batch))
     passthrough_compile_s, router_compile_s = between - before, compile_seconds(spark) - between
+    passthrough_cpu_s, router_cpu_s = cpu_between - cpu_before, cpu_seconds(spark) - cpu_between
     if router.routed != messages:
         raise SystemExit(f"bench: the router routed {router.routed:,} of {messages:,} messages")
-    m = Measurement(routes, passthrough_s, messages, router, passthrough_compile_s, router_compile_s)
+    m = Measurement(
+        routes,
+        passthrough_s,
+        messages,
+        router,
+        passthrough_compile_s,
+        router_compile_s,
+        passthrough_cpu_s,
+        router_cpu_s,
+    )
     progress(
         f"bench: {routes:,} routes: pass-through {m.passthrough_rate:,.0f} msg/s, "
         f"router {m.router_rate:,.0f} msg/s, ratio {m.ratio:.2f}; the JIT compiled for "
-        f"{router_compile_s:.1f} s of the router's {router.seconds:.1f} s"
+        f"{router_compile_s:.1f} s of the router's {router.seconds:.1f} s; JVM CPU per message "
+        f"{m.passthrough_cpu_us:.1f} µs (pass-through), {m.router_cpu_us:.1f} µs (router)"
     )
     return m
 
@@ -335,7 +386,9 @@ def main() -> None:
         print(
             f"{m.messages:>9,} messages, {m.routes:>7,} routes: pass-through {m.passthrough_rate:>8,.0f} "
             f"msg/s, router {m.router_rate:>8,.0f} msg/s ({m.ratio:.2f}); {jobs:g} jobs, {stages:g} stages "
-            f"per micro-batch; JIT {m.router_compile_s:.1f} s of the router's {m.router.seconds:.1f} s"
+            f"per micro-batch; JIT {m.router_compile_s:.1f} s of the router's {m.router.seconds:.1f} s; "
+            f"JVM CPU per message {m.passthrough_cpu_us:.1f} µs (pass-through), {m.router_cpu_us:.1f} µs "
+            f"(router, {m.router_cores:.2f} cores busy)"
         )
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from bench.run import _cpu_lines
 from bench.throughput import Measurement, RouterRun, warm_up_lines
 from streaming.spark.batch import BatchMetrics
 from streaming.spark.progress import BatchReport
@@ -51,3 +54,17 @@ def test_without_a_long_run_there_is_no_long_run_row() -> None:
     assert "long run" not in text
     assert "10 routes 5.0 s of 10.0 s (25%)" in text
     assert warm_up_lines([], None, 2) == []
+
+
+def test_the_cpu_per_message_and_the_cores_a_ratio_would_take_come_from_the_run() -> None:
+    m = replace(_measurement(1_000, 300_000, 3.0, 10.0), passthrough_cpu_s=2.9, router_cpu_s=17.0)
+    # Less the JIT's time: 0.5 s and 5 s (`_measurement`).
+    assert m.passthrough_cpu_us == pytest.approx(8.0)
+    assert m.router_cpu_us == pytest.approx(40.0)
+    assert m.router_cores == pytest.approx(1.7)
+    # 0.7 x 100,000 msg/s at 40 µs a message: 2.8 cores.
+    assert m.cores_for(0.7) == pytest.approx(2.8)
+    text = "\n".join(_cpu_lines([_measurement(10, 300_000, 3.0, 10.0), m]))
+    assert "with 1,000 routes, the router would keep 2.8 cores busy at 0.7x" in text
+    assert "(70,000 msg/s)" in text
+    assert _cpu_lines([]) == []
