@@ -12,6 +12,7 @@ stderr (`progress`), so that a module's results alone are on stdout.
 from __future__ import annotations
 
 import io
+import os
 import random
 import shutil
 import sys
@@ -103,6 +104,19 @@ def compile_seconds(spark: SparkSession) -> float:
     """Seconds the session's JVM has spent in its JIT compilers so far (their threads' time, summed)."""
     management = session_jvm(spark, "the JIT's compile time needs").java.lang.management
     return management.ManagementFactory.getCompilationMXBean().getTotalCompilationTime() / 1000.0
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has been busy so far, every process's; NaN where there is no /proc/stat.
+
+    Busy: all the time its first line counts but idle and I/O wait (guest time is in user time).
+    """
+    try:
+        first = Path("/proc/stat").read_text(encoding="ascii").splitlines()[0].split()
+        ticks = [int(x) for x in first[1:9]]
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(spark: SparkSession) -> float:

@@ -284,6 +284,8 @@ def _measurement_figures(m: Measurement) -> dict[str, Any]:
         "router_compile_s": m.router_compile_s,
         "passthrough_cpu_s": m.passthrough_cpu_s,
         "router_cpu_s": m.router_cpu_s,
+        "passthrough_machine_s": m.passthrough_machine_s,
+        "router_machine_s": m.router_machine_s,
     }
 
 
@@ -295,7 +297,8 @@ def _cpu_lines(throughput: list[Measurement]) -> list[str]:
     return [
         "JVM CPU per message: the CPU time of the Spark JVM over the run (every thread: tasks, driver, "
         "garbage collector; the broker is a process of its own and not counted), less the time its JIT "
-        "compilers took (warm-up, above), per message. The cores kept busy count the JIT's time too. At "
+        "compilers took (warm-up, above), per message. The cores kept busy count the JIT's time too; the "
+        "machine's count every process's (the broker's, the benchmark's Python), from /proc/stat. At "
         f"the CPU per message it used with {m.routes:,} routes, the router would keep "
         f"{m.cores_for(0.7):.1f} cores busy at 0.7x the pass-through's rate ({0.7 * m.passthrough_rate:,.0f} "
         f"msg/s), on a machine of {CORES}, which the broker shares.",
@@ -424,14 +427,15 @@ def render(
         "",
         "| routes | router / pass-through | router msg/s within its full micro-batches "
         "| Spark jobs per micro-batch | stages per micro-batch | JVM CPU per message: pass-through, router "
-        "| cores the router kept busy |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| cores the router's JVM kept busy | cores the machine kept busy: pass-through, router |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m in throughput:
         jobs, stages = m.router.jobs_per_batch()
         lines.append(
             f"| {m.routes:,} | {m.ratio:.2f} | {m.router.full_batch_rate():,.0f} | {jobs:g} | {stages:g} | "
-            f"{m.passthrough_cpu_us:.1f} µs, {m.router_cpu_us:.1f} µs | {m.router_cores:.2f} |"
+            f"{m.passthrough_cpu_us:.1f} µs, {m.router_cpu_us:.1f} µs | {m.router_cores:.2f} | "
+            f"{m.passthrough_machine_cores:.2f}, {m.router_machine_cores:.2f} |"
         )
     lines += [
         "",

@@ -16,10 +16,11 @@ at most `--per-batch` records:
 
 `WARM_UPS` unmeasured runs of both, on as many records, warm the JVM up first. Rates are messages per
 second of query time. Each measured run also records how long the JVM's JIT compilers worked during
-it (`compile_seconds`), the warm-up it still paid, and the CPU time the JVM used (`cpu_seconds`):
-its CPU per message, and the cores it kept busy. `--sustained N` adds a long run of both on N
-records (10 routes) after the others. `run_delayed` times the router on records of which a share of the
-conversations has no route until routes are written, and `bench.run` gathers everything into
+it (`compile_seconds`), the warm-up it still paid; the CPU time the JVM used (`cpu_seconds`), its
+CPU per message and the cores it kept busy; and the cores the whole machine kept busy
+(`machine_busy_seconds`). `--sustained N` adds a long run of both on N records (10 routes) after
+the others. `run_delayed` times the router on records of which a share of the conversations has no
+route until routes are written, and `bench.run` gathers everything into
 bench/RESULTS.md. Without --bootstrap it starts the embedded broker on a free port.
 """
 
@@ -40,6 +41,7 @@ from bench.common import (
     compile_seconds,
     cpu_seconds,
     late_routes,
+    machine_busy_seconds,
     new_prefix,
     prepare,
     progress,
@@ -74,6 +76,11 @@ class Measurement:
     """CPU seconds the JVM used while the pass-through ran (`cpu_seconds`; the broker not counted)."""
     router_cpu_s: float = float("nan")
     """The same, while the router ran."""
+    passthrough_machine_s: float = float("nan")
+    """CPU seconds the whole machine was busy while the pass-through ran (`machine_busy_seconds`):
+    the JVM's, the broker's and the rest."""
+    router_machine_s: float = float("nan")
+    """The same, while the router ran."""
 
     @property
     def passthrough_rate(self) -> float:
@@ -105,6 +112,16 @@ class Measurement:
     def router_cores(self) -> float:
         """The cores the router's JVM kept busy on average: all its CPU (the JIT's too) over its time."""
         return self.router_cpu_s / self.router.seconds
+
+    @property
+    def router_machine_cores(self) -> float:
+        """The cores the whole machine kept busy on average while the router ran (broker included)."""
+        return self.router_machine_s / self.router.seconds
+
+    @property
+    def passthrough_machine_cores(self) -> float:
+        """The same, while the pass-through ran."""
+        return self.passthrough_machine_s / self.passthrough_s
 
     def cores_for(self, ratio: float) -> float:
         """The cores the router would keep busy at `ratio` times the pass-through's rate.
@@ -284,15 +301,16 @@ def measure_once(
     prefix = new_prefix()
     outbound = prepare(bootstrap, prefix, routes, messages)
     progress(f"bench: {routes:,} routes: produced {messages:,} messages; running the pass-through")
-    before, cpu_before = compile_seconds(spark), cpu_seconds(spark)
+    before, cpu_before, busy_before = compile_seconds(spark), cpu_seconds(spark), machine_busy_seconds()
     passthrough_s = run_passthrough(
         spark, bootstrap, outbound, f"{prefix}.passthrough", folder / f"{prefix}-pt", per_batch
     )
-    between, cpu_between = compile_seconds(spark), cpu_seconds(spark)
+    between, cpu_between, busy_between = compile_seconds(spark), cpu_seconds(spark), machine_busy_seconds()
     progress(f"bench: {routes:,} routes: pass-through {passthrough_s:.1f}s; running the router")
     router = run_router(spark, router_settings(bootstrap, prefix, folder / f"{prefix}-router", per_batch))
     passthrough_compile_s, router_compile_s = between - before, compile_seconds(spark) - between
     passthrough_cpu_s, router_cpu_s = cpu_between - cpu_before, cpu_seconds(spark) - cpu_between
+    passthrough_busy_s, router_busy_s = busy_between - busy_before, machine_busy_seconds() - busy_between
     if router.routed != messages:
         raise SystemExit(f"bench: the router routed {router.routed:,} of {messages:,} messages")
     m = Measurement(
@@ -304,12 +322,15 @@ def measure_once(
         router_compile_s,
         passthrough_cpu_s,
         router_cpu_s,
+        passthrough_busy_s,
+        router_busy_s,
     )
     progress(
         f"bench: {routes:,} routes: pass-through {m.passthrough_rate:,.0f} msg/s, "
         f"router {m.router_rate:,.0f} msg/s, ratio {m.ratio:.2f}; the JIT compiled for "
         f"{router_compile_s:.1f} s of the router's {router.seconds:.1f} s; JVM CPU per message "
-        f"{m.passthrough_cpu_us:.1f} µs (pass-through), {m.router_cpu_us:.1f} µs (router)"
+        f"{m.passthrough_cpu_us:.1f} µs (pass-through), {m.router_cpu_us:.1f} µs (router); the machine "
+        f"busy {m.passthrough_machine_cores:.2f} and {m.router_machine_cores:.2f} cores"
     )
     return m
 

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from bench.common import machine_busy_seconds
 from bench.run import _cpu_lines
 from bench.throughput import Measurement, RouterRun, warm_up_lines
 from streaming.spark.batch import BatchMetrics
@@ -57,14 +58,28 @@ def test_without_a_long_run_there_is_no_long_run_row() -> None:
 
 
 def test_the_cpu_per_message_and_the_cores_a_ratio_would_take_come_from_the_run() -> None:
-    m = replace(_measurement(1_000, 300_000, 3.0, 10.0), passthrough_cpu_s=2.9, router_cpu_s=17.0)
+    m = replace(
+        _measurement(1_000, 300_000, 3.0, 10.0),
+        passthrough_cpu_s=2.9,
+        router_cpu_s=17.0,
+        passthrough_machine_s=4.5,
+        router_machine_s=18.0,
+    )
     # Less the JIT's time: 0.5 s and 5 s (`_measurement`).
     assert m.passthrough_cpu_us == pytest.approx(8.0)
     assert m.router_cpu_us == pytest.approx(40.0)
     assert m.router_cores == pytest.approx(1.7)
+    assert (m.passthrough_machine_cores, m.router_machine_cores) == pytest.approx((1.5, 1.8))
     # 0.7 x 100,000 msg/s at 40 µs a message: 2.8 cores.
     assert m.cores_for(0.7) == pytest.approx(2.8)
     text = "\n".join(_cpu_lines([_measurement(10, 300_000, 3.0, 10.0), m]))
     assert "with 1,000 routes, the router would keep 2.8 cores busy at 0.7x" in text
     assert "(70,000 msg/s)" in text
     assert _cpu_lines([]) == []
+
+
+def test_the_machine_is_busy_for_some_of_the_time_that_passes() -> None:
+    before = machine_busy_seconds()
+    sum(i * i for i in range(2_000_000))  # some CPU of this process's own
+    busy = machine_busy_seconds() - before
+    assert busy > 0
