@@ -81,8 +81,9 @@ def archive_options(record: Path | None = None) -> list[str]:
     later JVMs map at start instead. Measured on `router run` (one message waiting, quiet
     machine, `bench/startup.py`): the first message routed 8.3-9.2 s after the process started
     with the archive, 11.8-12.5 s without. The archive holds the classpath it was made with: a JVM
-    with another classpath (a rebuilt jar, a cluster's `spark.jars`) ignores it, silently, and
-    loads its classes as before; `make setup` records it again when a jar on it or the JDK changes.
+    with another classpath (a rebuilt jar) ignores it, silently, and loads its classes as before;
+    `make setup` records it again when a jar on it or the JDK changes. The driver of a session on a
+    cluster has the same classpath (`build_session`), and maps it too.
     """
     if record is not None:
         return [f"-XX:ArchiveClassesAtExit={record}", *QUIET_ARCHIVE]
@@ -105,6 +106,11 @@ CHECKPOINT_FILE_MANAGER = (
 """Spark's checkpoint manager over Hadoop's FileSystem API (the default uses FileContext)."""
 
 
+def driver_classpath(jars: list[Path]) -> str:
+    """The jars as the driver's own classpath (`spark.driver.extraClassPath`), local or on a cluster."""
+    return os.pathsep.join(str(p) for p in jars)
+
+
 def local_conf(jars: list[Path]) -> dict[str, str]:
     """Spark settings for local mode (one JVM), with its checkpoint on the local disk.
 
@@ -118,7 +124,7 @@ def local_conf(jars: list[Path]) -> dict[str, str]:
     checkpoint manager): 55 processes a batch, forked from the driver's batch thread.
     `router.fs.LocalFileSystem` sets permissions through java.nio, and the FileSystem-based manager
     renames without `readlink` (a local rename is atomic, as the manager needs). A cluster keeps
-    Hadoop's defaults and `spark.jars`: its checkpoint is on a shared file system, and its
+    Hadoop's defaults and adds `spark.jars`: its checkpoint is on a shared file system, and its
     executors start without the router's jar.
 
     In one JVM nothing outside the machine talks to the driver: its RPC and block manager listen on
@@ -127,7 +133,7 @@ def local_conf(jars: list[Path]) -> dict[str, str]:
     return {
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.host": "127.0.0.1",
-        "spark.driver.extraClassPath": os.pathsep.join(str(p) for p in jars),
+        "spark.driver.extraClassPath": driver_classpath(jars),
         "spark.hadoop.fs.file.impl": LOCAL_FILE_SYSTEM,
         "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
     }
@@ -256,7 +262,11 @@ def build_session(
         for key, value in local_conf(jars).items():
             builder = builder.config(key, value)
     else:
+        # `spark.jars` ships the jars to the executors; the driver has them on its own classpath as
+        # in local mode, so that its classpath is the one the class archive was recorded with, and
+        # the archive is mapped (measured with jcmd: with `spark.jars` alone it was not).
         builder = builder.config("spark.jars", ",".join(str(p) for p in jars))
+        builder = builder.config("spark.driver.extraClassPath", driver_classpath(jars))
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
     with _jvm_ignores_sigterm():

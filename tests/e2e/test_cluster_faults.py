@@ -7,6 +7,7 @@ id are the fault tier's own (tests/e2e/test_faults.py).
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -16,6 +17,8 @@ from processes import start_router, stop, wait_for, written
 from test_faults import accounted, assert_every_message_accounted_for, late_routed_stream
 
 from streaming.devtools.spark_cluster import StandaloneCluster, children, driver_environment
+from streaming.spark.session import CLASS_ARCHIVE_ENV
+from tests.class_archive import archive_mappings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.fault]
 
@@ -57,6 +60,12 @@ def test_a_worker_killed_with_its_executor_mid_stream_loses_nothing(
         return all(worker.executors() for worker in spark_cluster.workers)
 
     wait_for(both_run_executors, 180, "an executor on each worker", router, log)
+    if os.environ.get(CLASS_ARCHIVE_ENV) != "off":  # else set-up recorded no archive
+        # The driver on a cluster has the classpath the class archive was recorded with, and maps it.
+        (driver,) = [
+            pid for pid in children(router.pid) if b"java" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+        assert archive_mappings(driver), "the driver of a run on the cluster did not map the class archive"
     wait_for(lambda: written(kafka_bootstrap, names) > 0, 300, "routing", router, log)
     victim = spark_cluster.workers[0]
     killed = spark_cluster.kill_worker(victim)
