@@ -26,12 +26,12 @@ PER_TRIGGER = 2_500
 """What `late_routed_stream`'s settings read per micro-batch."""
 
 
-def python_children(pid: int) -> list[int]:
-    """The child processes of `pid` that run Python (PySpark's worker daemon, say)."""
+def children_running(pid: int, program: bytes) -> list[int]:
+    """The child processes of `pid` whose command line names `program` (b"python", b"java")."""
     found = []
     for child in children(pid):
         try:
-            if b"python" in Path(f"/proc/{child}/cmdline").read_bytes():
+            if program in Path(f"/proc/{child}/cmdline").read_bytes():
                 found.append(child)
         except OSError:
             pass  # ended meanwhile
@@ -62,9 +62,7 @@ def test_a_worker_killed_with_its_executor_mid_stream_loses_nothing(
     wait_for(both_run_executors, 180, "an executor on each worker", router, log)
     if os.environ.get(CLASS_ARCHIVE_ENV) != "off":  # else set-up recorded no archive
         # The driver on a cluster has the classpath the class archive was recorded with, and maps it.
-        (driver,) = [
-            pid for pid in children(router.pid) if b"java" in Path(f"/proc/{pid}/cmdline").read_bytes()
-        ]
+        (driver,) = children_running(router.pid, b"java")
         assert archive_mappings(driver), "the driver of a run on the cluster did not map the class archive"
     wait_for(lambda: written(kafka_bootstrap, names) > 0, 300, "routing", router, log)
     victim = spark_cluster.workers[0]
@@ -77,7 +75,7 @@ def test_a_worker_killed_with_its_executor_mid_stream_loses_nothing(
     # The job has no Python code on the executors (no Python UDFs): they started no Python worker.
     for worker in spark_cluster.workers:
         for executor in worker.executors():
-            assert not python_children(executor), f"executor {executor} started a Python worker"
+            assert not children_running(executor, b"python"), f"executor {executor} started a Python worker"
     output = stop(router, log)
 
     final = assert_every_message_accounted_for(
