@@ -171,8 +171,19 @@ def run_whatif(args: argparse.Namespace) -> int:
     choices_topic = topics.choices_topic(instance.name, prefix)
     choice_marks = _watermarks(kafka, [choices_topic])
 
-    routes = (live_routes, planned_routes)
-    report = _decide(kafka, instance, catalogs, prefix, ranges, choice_marks, *routes, args, now, keep_s)
+    report = _decide(
+        kafka,
+        instance,
+        catalogs,
+        prefix,
+        ranges,
+        choice_marks,
+        live_routes,
+        planned_routes,
+        args,
+        now,
+        keep_s,
+    )
     if args.json:
         print(json.dumps(report.to_json(), separators=(",", ":")), flush=True)
     else:
@@ -259,11 +270,11 @@ def _decide(
 def keep_choice_s(args: argparse.Namespace) -> float:
     """How long the router keeps a choice (K2): `--keep-choice-s`, else the settings file's, else the default.
 
-    The settings file is `--config`, else $ROUTER_CONFIG (`config_path`); one that is not valid is refused.
+    The settings file is `--config`, else $ROUTER_CONFIG (`config_path`); the flag overrides it as the
+    router's own flags do, and the value is checked as the router checks it (`load_settings`).
     """
-    if args.keep_choice_s is not None:
-        return float(args.keep_choice_s)
-    return load_settings(config_path(args), instance=args.instance).keep_choice_s
+    settings = load_settings(config_path(args), instance=args.instance, keep_choice_s=args.keep_choice_s)
+    return settings.keep_choice_s
 
 
 def _ms(instant: Any) -> int:
