@@ -10,6 +10,9 @@ at most `--per-batch` records:
 
 * pass-through: Kafka source -> from_avro -> to_avro -> Kafka sink, everything to one topic
   (Trigger.AvailableNow);
+* pass-through with the router's headers: the same, each record leaving with the nine headers a
+  message the router sends carries (`SENT_HEADERS`, values of the same sizes): what the router's
+  output costs the Kafka sink before any rule or memory;
 * router: the router job (`RouterJob.replay`), which decodes, keeps the conversations' memory,
   decides against the broadcast route snapshot and writes every message to its destination topic
   with decision headers. A listener counts the Spark jobs and stages of each micro-batch.
@@ -32,7 +35,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 
@@ -49,6 +52,7 @@ from bench.common import (
 )
 from streaming import topics
 from streaming.config import Settings, load_settings
+from streaming.contract import Outcome
 from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import schema_json
 from streaming.spark.job import RouterJob
@@ -57,6 +61,19 @@ from streaming.tables.topic_io import put_route
 
 WARM_UPS = 2
 """Unmeasured runs of both queries before the measured ones (`measure_throughput`)."""
+
+SENT_HEADERS = (
+    "outcome",
+    "route",
+    "match_step",
+    "choice_step",
+    "address",
+    "scope",
+    "snapshot_version",
+    "decided_at",
+    "router_instance",
+)
+"""The headers a message the router sends to a route's address carries (`MESSAGE_HEADERS`, in order)."""
 
 SUSTAINED = 1_500_000
 """Records of the long run (`bench.run`): both queries again, on five times the records, warmer."""
@@ -81,6 +98,8 @@ class Measurement:
     the JVM's, the broker's and the rest."""
     router_machine_s: float = float("nan")
     """The same, while the router ran."""
+    with_headers_s: float = float("nan")
+    """Seconds of the pass-through with the router's headers (`run_passthrough(headers=True)`), when run."""
 
     @property
     def passthrough_rate(self) -> float:
@@ -94,6 +113,20 @@ class Measurement:
     def ratio(self) -> float:
         """The router's rate over the pass-through's."""
         return self.router_rate / self.passthrough_rate
+
+    @property
+    def with_headers_rate(self) -> float:
+        return self.messages / self.with_headers_s
+
+    @property
+    def headers_ratio(self) -> float:
+        """The pass-through with the router's headers over the plain one: the headers' own ceiling."""
+        return self.with_headers_rate / self.passthrough_rate
+
+    @property
+    def ratio_to_headers(self) -> float:
+        """The router's rate over the pass-through with its headers: the rules' and the memory's cost."""
+        return self.router_rate / self.with_headers_rate
 
     @property
     def passthrough_cpu_us(self) -> float:
@@ -136,9 +169,33 @@ class Measurement:
         return self.router_compile_s / (cores * self.router.seconds)
 
 
+def sent_headers(record: Column) -> Column:
+    """`SENT_HEADERS` for a decoded message, as the router writes them: per row, from its fields."""
+    text = {
+        "outcome": F.lit(Outcome.SEND.value),
+        "route": record["to_service"],
+        "match_step": F.lit("M2"),
+        "choice_step": F.lit("C2"),
+        "address": F.concat(F.lit("TCP://"), F.lower(record["to_service"]), F.lit(".example:4022")),
+        "scope": record["origin_database"],
+        "snapshot_version": F.lit("routes@p0:1000"),
+        "decided_at": F.date_format(F.current_timestamp(), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
+        "router_instance": F.lit(I1.name),
+    }
+    pairs = [F.struct(F.lit(k).alias("key"), text[k].cast("binary").alias("value")) for k in SENT_HEADERS]
+    return F.array(*pairs)
+
+
 def run_passthrough(
-    spark: SparkSession, bootstrap: str, source: str, sink: str, checkpoint: Path, per_batch: int
+    spark: SparkSession,
+    bootstrap: str,
+    source: str,
+    sink: str,
+    checkpoint: Path,
+    per_batch: int,
+    headers: bool = False,
 ) -> float:
+    """Seconds to copy `source` to `sink` through from_avro and to_avro (with `headers`: `sent_headers`)."""
     schema = schema_json("message")
     ensure_topics(bootstrap, [sink], partitions=2)
     stream = (
@@ -149,7 +206,11 @@ def run_passthrough(
         .option("maxOffsetsPerTrigger", per_batch)
         .load()
     )
-    out = stream.select(F.col("key"), to_avro(from_avro(F.col("value"), schema), schema).alias("value"))
+    record = from_avro(F.col("value"), schema)
+    columns = [F.col("key"), to_avro(record, schema).alias("value")]
+    if headers:
+        columns.append(sent_headers(record).alias("headers"))
+    out = stream.select(*columns)
     started = time.monotonic()
     query = (
         out.writeStream.format("kafka")
@@ -275,8 +336,12 @@ def measure_throughput(
     messages: int,
     per_batch: int,
     warm_ups: int = WARM_UPS,
+    with_headers: bool = True,
 ) -> list[Measurement]:
-    """Pass-through and router on the same records, per route-table size, after warm-ups of both."""
+    """Pass-through and router on the same records, per route-table size, after warm-ups of both.
+
+    With `with_headers`, the pass-through with the router's headers runs too (`measure_once`).
+    """
     # Warm-ups, not measured, on as many records as a measured run: the first queries of a JVM run
     # up to twice as slow (class loading, JIT), which would weigh on whichever query came first.
     # Replays of 300,000 messages, each by a new RouterJob in one JVM, ran at 8,667, 19,123,
@@ -290,14 +355,30 @@ def measure_throughput(
         run_passthrough(
             spark, bootstrap, outbound, f"{prefix}.passthrough", folder / f"{prefix}-pt", per_batch
         )
+        if with_headers:
+            run_passthrough(
+                spark, bootstrap, outbound, f"{prefix}.headers", folder / f"{prefix}-ph", per_batch, True
+            )
         run_router(spark, router_settings(bootstrap, prefix, folder / f"{prefix}-router", per_batch))
-    return [measure_once(spark, bootstrap, folder, count, messages, per_batch) for count in sizes]
+    return [
+        measure_once(spark, bootstrap, folder, count, messages, per_batch, with_headers) for count in sizes
+    ]
 
 
 def measure_once(
-    spark: SparkSession, bootstrap: str, folder: Path, routes: int, messages: int, per_batch: int
+    spark: SparkSession,
+    bootstrap: str,
+    folder: Path,
+    routes: int,
+    messages: int,
+    per_batch: int,
+    with_headers: bool = True,
 ) -> Measurement:
-    """The pass-through, then the router, on the same `messages` records, with `routes` routes."""
+    """The pass-through, then the router, on the same `messages` records, with `routes` routes.
+
+    With `with_headers`, the pass-through with the router's headers runs between them (timed, its
+    CPU not counted in either's).
+    """
     prefix = new_prefix()
     outbound = prepare(bootstrap, prefix, routes, messages)
     progress(f"bench: {routes:,} routes: produced {messages:,} messages; running the pass-through")
@@ -305,12 +386,23 @@ def measure_once(
     passthrough_s = run_passthrough(
         spark, bootstrap, outbound, f"{prefix}.passthrough", folder / f"{prefix}-pt", per_batch
     )
+    passthrough_compile_s = compile_seconds(spark) - before
+    passthrough_cpu_s, passthrough_busy_s = (
+        cpu_seconds(spark) - cpu_before,
+        machine_busy_seconds() - busy_before,
+    )
+    with_headers_s = float("nan")
+    progress(f"bench: {routes:,} routes: pass-through {passthrough_s:.1f}s")
+    if with_headers:
+        progress(f"bench: {routes:,} routes: running the pass-through with the router's headers")
+        with_headers_s = run_passthrough(
+            spark, bootstrap, outbound, f"{prefix}.headers", folder / f"{prefix}-ph", per_batch, True
+        )
+    progress(f"bench: {routes:,} routes: running the router")
     between, cpu_between, busy_between = compile_seconds(spark), cpu_seconds(spark), machine_busy_seconds()
-    progress(f"bench: {routes:,} routes: pass-through {passthrough_s:.1f}s; running the router")
     router = run_router(spark, router_settings(bootstrap, prefix, folder / f"{prefix}-router", per_batch))
-    passthrough_compile_s, router_compile_s = between - before, compile_seconds(spark) - between
-    passthrough_cpu_s, router_cpu_s = cpu_between - cpu_before, cpu_seconds(spark) - cpu_between
-    passthrough_busy_s, router_busy_s = busy_between - busy_before, machine_busy_seconds() - busy_between
+    router_compile_s = compile_seconds(spark) - between
+    router_cpu_s, router_busy_s = cpu_seconds(spark) - cpu_between, machine_busy_seconds() - busy_between
     if router.routed != messages:
         raise SystemExit(f"bench: the router routed {router.routed:,} of {messages:,} messages")
     m = Measurement(
@@ -324,9 +416,11 @@ def measure_once(
         router_cpu_s,
         passthrough_busy_s,
         router_busy_s,
+        with_headers_s,
     )
+    headed = f", with the router's headers {m.with_headers_rate:,.0f} msg/s" if with_headers else ""
     progress(
-        f"bench: {routes:,} routes: pass-through {m.passthrough_rate:,.0f} msg/s, "
+        f"bench: {routes:,} routes: pass-through {m.passthrough_rate:,.0f} msg/s{headed}, "
         f"router {m.router_rate:,.0f} msg/s, ratio {m.ratio:.2f}; the JIT compiled for "
         f"{router_compile_s:.1f} s of the router's {router.seconds:.1f} s; JVM CPU per message "
         f"{m.passthrough_cpu_us:.1f} µs (pass-through), {m.router_cpu_us:.1f} µs (router); the machine "
@@ -361,10 +455,12 @@ def warm_up_lines(throughput: list[Measurement], sustained: Measurement | None, 
             f"The long run, later in the same JVM: both queries on {sustained.messages:,} records, "
             f"{sustained.routes:,} routes.",
             "",
-            "| pass-through msg/s | router msg/s | router / pass-through | router msg/s within its full "
-            "micro-batches | JIT during the router's run |",
-            "|---:|---:|---:|---:|---:|",
-            f"| {sustained.passthrough_rate:,.0f} | {sustained.router_rate:,.0f} | {sustained.ratio:.2f} | "
+            "| pass-through msg/s | pass-through with the router's headers msg/s | router msg/s "
+            "| router / pass-through | router msg/s within its full micro-batches "
+            "| JIT during the router's run |",
+            "|---:|---:|---:|---:|---:|---:|",
+            f"| {sustained.passthrough_rate:,.0f} | {sustained.with_headers_rate:,.0f} | "
+            f"{sustained.router_rate:,.0f} | {sustained.ratio:.2f} | "
             f"{sustained.router.full_batch_rate():,.0f} | {sustained.router_compile_s:.1f} s of "
             f"{sustained.router.seconds:.1f} s ({sustained.router_compile_share(cores):.0%}) |",
             "",
@@ -406,7 +502,8 @@ def main() -> None:
         jobs, stages = m.router.jobs_per_batch()
         print(
             f"{m.messages:>9,} messages, {m.routes:>7,} routes: pass-through {m.passthrough_rate:>8,.0f} "
-            f"msg/s, router {m.router_rate:>8,.0f} msg/s ({m.ratio:.2f}); {jobs:g} jobs, {stages:g} stages "
+            f"msg/s, with the router's headers {m.with_headers_rate:>8,.0f} msg/s ({m.headers_ratio:.2f}), "
+            f"router {m.router_rate:>8,.0f} msg/s ({m.ratio:.2f}); {jobs:g} jobs, {stages:g} stages "
             f"per micro-batch; JIT {m.router_compile_s:.1f} s of the router's {m.router.seconds:.1f} s; "
             f"JVM CPU per message {m.passthrough_cpu_us:.1f} µs (pass-through), {m.router_cpu_us:.1f} µs "
             f"(router, {m.router_cores:.2f} cores busy)"

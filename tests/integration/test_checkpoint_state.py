@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -31,6 +31,7 @@ from streaming.spark.checkpoint import SHUFFLE_PARTITIONS, logged_batches, state
 from streaming.spark.job import RouterJob
 from streaming.spark.state import read_state
 from streaming.tables.topic_io import publish_catalogs, put_route
+from tests.topic_records import records_now
 
 pytestmark = pytest.mark.integration
 
@@ -77,22 +78,7 @@ def produce(bootstrap: str, topic: str, values: list[tuple[str, bytes]]) -> None
 
 def message_ids(bootstrap: str, topic: str) -> Counter[str]:
     """How many times each message id was written to `topic`."""
-    ends = end_offsets(bootstrap, topic)
-    total, seen = sum(ends.values()), Counter[str]()
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4()}"})
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        read = 0
-        while read < total:
-            batch = consumer.consume(num_messages=min(10_000, total - read), timeout=10.0)
-            assert batch, f"{topic}: read {read} of {total} records before timing out"
-            for record in batch:
-                if record.error() is None:
-                    seen[decode_message(record.value())["message_id"]] += 1
-                    read += 1
-    finally:
-        consumer.close()
-    return seen
+    return Counter(decode_message(record.value())["message_id"] for record in records_now(bootstrap, topic))
 
 
 @pytest.fixture

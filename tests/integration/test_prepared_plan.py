@@ -6,16 +6,15 @@ processor's); the kept query over it writes to a real Kafka topic, so what it wr
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streaming.kafka.admin import end_offsets, ensure_topics
+from streaming.kafka.admin import ensure_topics
 from streaming.spark.batch import _Prepared, empty_batch
+from tests.topic_records import records_now
 
 pytestmark = pytest.mark.integration
 
@@ -40,19 +39,7 @@ def records(topic: str, frame: DataFrame) -> DataFrame:
 
 def values(bootstrap: str, topic: str) -> list[str]:
     """Every record value of `topic` now, as text."""
-    ends = end_offsets(bootstrap, topic)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4()}"})
-    out: list[str] = []
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        while len(out) < sum(ends.values()):
-            record = consumer.poll(10.0)
-            assert record is not None, f"{topic}: read {len(out)} of {sum(ends.values())} records"
-            if not record.error():
-                out.append((record.value() or b"").decode())
-    finally:
-        consumer.close()
-    return out
+    return [(record.value() or b"").decode() for record in records_now(bootstrap, topic)]
 
 
 def test_each_batch_runs_the_kept_query_alone_with_its_own_metrics(

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
@@ -39,7 +39,6 @@ from streaming.devtools.embedded_kafka import EmbeddedKafka, free_port
 from streaming.directory import DirectoryService, parse_directory
 from streaming.endpoint import Endpoint, Received
 from streaming.endpoint.protocol import END_DIALOG
-from streaming.kafka.admin import end_offsets
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
 from streaming.rules.model import (
     BROKER_CONFIGURATION_SERVICE,
@@ -50,6 +49,7 @@ from streaming.rules.model import (
 )
 from streaming.spark.job import RouterJob
 from streaming.tables.topic_io import publish_catalogs, put_route
+from tests.topic_records import records_now
 
 pytestmark = pytest.mark.integration
 
@@ -145,18 +145,7 @@ def prefix(kafka_bootstrap: str) -> str:
 
 def records(bootstrap: str, topic: str) -> list[dict[str, Any]]:
     """Every message record `topic` holds now, decoded."""
-    ends = end_offsets(bootstrap, topic)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}"})
-    out: list[dict[str, Any]] = []
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        while len(out) < sum(ends.values()):
-            batch = consumer.consume(sum(ends.values()) - len(out), timeout=10.0)
-            assert batch, f"{topic}: read {len(out)} of {sum(ends.values())} records"
-            out += [decode_message(m.value()) for m in batch if m.error() is None]
-    finally:
-        consumer.close()
-    return out
+    return [decode_message(record.value()) for record in records_now(bootstrap, topic)]
 
 
 def produce(bootstrap: str, topic: str, values: Sequence[bytes]) -> None:

@@ -18,20 +18,21 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from streaming import topics
 from streaming.config import load_settings
 from streaming.contract import MESSAGE_HEADERS
 from streaming.directory import Answer, DirectoryService, parse_directory
-from streaming.kafka.admin import end_offsets, ensure_topics
+from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
 from streaming.kafka.consuming import header_pairs
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, Database, Instance, Route, normalize_address
 from streaming.spark.job import RouterJob
 from streaming.tables.reader import read_routes
 from streaming.tables.topic_io import publish_catalogs, put_route
+from tests.topic_records import records_now
 
 pytestmark = pytest.mark.integration
 
@@ -54,26 +55,10 @@ I2 = Instance(
 
 def read_all(bootstrap: str, topic: str) -> list[tuple[dict[str, str], bytes | None]]:
     """Every record of `topic` now: (headers as text, value)."""
-    ends = end_offsets(bootstrap, topic)
-    total = sum(ends.values())
-    out: list[tuple[dict[str, str], bytes | None]] = []
-    if total == 0:
-        return out
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4()}", "enable.auto.commit": False}
-    )
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        while len(out) < total:
-            msg = consumer.poll(10.0)
-            if msg is None:
-                raise AssertionError(f"{topic}: read {len(out)} of {total} records before timing out")
-            if msg.error():
-                continue
-            out.append(({k: (v or b"").decode() for k, v in header_pairs(msg)}, msg.value()))
-    finally:
-        consumer.close()
-    return out
+    return [
+        ({k: (v or b"").decode() for k, v in header_pairs(record)}, record.value())
+        for record in records_now(bootstrap, topic)
+    ]
 
 
 def message(

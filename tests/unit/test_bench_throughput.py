@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
 
 from bench.common import machine_busy_seconds
-from bench.run import _cpu_lines
+from bench.run import _cpu_lines, _headers_lines
 from bench.throughput import Measurement, RouterRun, warm_up_lines
 from streaming.spark.batch import BatchMetrics
 from streaming.spark.progress import BatchReport
@@ -40,14 +41,14 @@ def test_the_ratio_and_the_jit_share_come_from_the_run() -> None:
 
 def test_the_warm_up_lines_give_each_run_its_compile_time_and_the_long_run_its_row() -> None:
     runs = [_measurement(10, 300_000, 3.0, 10.0), _measurement(100_000, 300_000, 3.2, 12.0)]
-    sustained = _measurement(10, 1_500_000, 14.0, 30.0)
+    sustained = replace(_measurement(10, 1_500_000, 14.0, 30.0), with_headers_s=20.0)
     text = "\n".join(warm_up_lines(runs, sustained, 2))
     assert "10 routes 5.0 s of 10.0 s (25%)" in text
     assert "100,000 routes 6.0 s of 12.0 s (25%)" in text
     assert "0.5 s of 3.0 s" in text and "0.5 s of 3.2 s" in text
     assert "both queries on 1,500,000 records, 10 routes" in text
     row = next(line for line in text.splitlines() if line.startswith("| 107,143 |"))
-    assert row == "| 107,143 | 50,000 | 0.47 | 66,667 | 15.0 s of 30.0 s (25%) |"
+    assert row == "| 107,143 | 75,000 | 50,000 | 0.47 | 66,667 | 15.0 s of 30.0 s (25%) |"
 
 
 def test_without_a_long_run_there_is_no_long_run_row() -> None:
@@ -83,3 +84,21 @@ def test_the_machine_is_busy_for_some_of_the_time_that_passes() -> None:
     sum(i * i for i in range(2_000_000))  # some CPU of this process's own
     busy = machine_busy_seconds() - before
     assert busy > 0
+
+
+def test_the_headers_ceiling_and_the_routers_ratio_to_it_come_from_the_three_runs() -> None:
+    # 300,000 messages: the pass-through in 2 s, with the router's headers in 3 s, the router in 6 s.
+    m = replace(_measurement(1_000, 300_000, 2.0, 6.0), with_headers_s=3.0)
+    assert m.with_headers_rate == pytest.approx(100_000)
+    assert m.headers_ratio == pytest.approx(2 / 3)
+    assert m.ratio_to_headers == pytest.approx(0.5)
+    assert m.ratio == pytest.approx(m.headers_ratio * m.ratio_to_headers)
+    other = replace(_measurement(10, 300_000, 2.0, 5.0), with_headers_s=2.5)
+    text = "\n".join(_headers_lines([other, m]))
+    assert "It ran at 0.80 (10 routes), 0.67 (1,000 routes) of the plain pass-through" in text
+    assert _headers_lines([]) == []
+
+
+def test_a_measurement_without_the_headers_run_has_no_figure_for_it() -> None:
+    m = _measurement(10, 300_000, 3.0, 10.0)
+    assert math.isnan(m.with_headers_rate) and math.isnan(m.headers_ratio)

@@ -1,0 +1,54 @@
+"""The throughput bench's pass-throughs: each copies every record, and the one with the router's
+headers writes the headers a sent message carries, in the contract's order, with values per row."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from bench.common import produce_messages
+from bench.throughput import SENT_HEADERS, run_passthrough
+from streaming.contract import MESSAGE_HEADERS, Outcome
+from streaming.kafka.avro import decode_message
+from streaming.kafka.consuming import header_pairs
+from tests.topic_records import records_now
+
+pytestmark = pytest.mark.integration
+
+MESSAGES = 40
+
+
+def test_the_sent_headers_are_the_contracts_in_its_order() -> None:
+    assert list(SENT_HEADERS) == [h for h in MESSAGE_HEADERS if h in SENT_HEADERS]
+    assert len(SENT_HEADERS) == 9
+
+
+def test_the_pass_through_with_headers_writes_each_record_with_the_routers_headers(
+    spark: SparkSession, kafka_bootstrap: str, unique_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    source, plain, headed = unique_topic("pt-in"), unique_topic("pt-plain"), unique_topic("pt-headed")
+    produce_messages(kafka_bootstrap, source, MESSAGES, services=5)
+
+    run_passthrough(spark, kafka_bootstrap, source, plain, tmp_path / "plain", 100)
+    run_passthrough(spark, kafka_bootstrap, source, headed, tmp_path / "headed", 100, headers=True)
+
+    copied = records_now(kafka_bootstrap, plain)
+    assert len(copied) == MESSAGES
+    assert all(not header_pairs(r) for r in copied)
+    written = records_now(kafka_bootstrap, headed)
+    assert len(written) == MESSAGES
+    for record in written:
+        message = decode_message(record.value() or b"")
+        pairs = header_pairs(record)
+        assert [name for name, _ in pairs] == list(SENT_HEADERS)
+        text = {name: (value or b"").decode() for name, value in pairs}
+        assert text["outcome"] == Outcome.SEND.value
+        assert text["route"] == message["to_service"]
+        assert text["scope"] == message["origin_database"]
+        assert text["address"] == f"TCP://{message['to_service'].lower()}.example:4022"
+        assert text["decided_at"].endswith("Z") and len(text["decided_at"]) == len("2026-01-01T00:00:00.000Z")
+    # The same records, byte for byte, in both copies.
+    assert sorted(r.value() or b"" for r in written) == sorted(r.value() or b"" for r in copied)
