@@ -57,6 +57,7 @@ from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import schema_json
 from streaming.spark.job import RouterJob
 from streaming.spark.progress import BatchReport
+from streaming.spark.sources import TIME_FORMAT
 from streaming.tables.topic_io import put_route
 
 WARM_UPS = 2
@@ -179,7 +180,7 @@ def sent_headers(record: Column) -> Column:
         "address": F.concat(F.lit("TCP://"), F.lower(record["to_service"]), F.lit(".example:4022")),
         "scope": record["origin_database"],
         "snapshot_version": F.lit("routes@p0:1000"),
-        "decided_at": F.date_format(F.current_timestamp(), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
+        "decided_at": F.date_format(F.current_timestamp(), TIME_FORMAT),
         "router_instance": F.lit(I1.name),
     }
     pairs = [F.struct(F.lit(k).alias("key"), text[k].cast("binary").alias("value")) for k in SENT_HEADERS]

@@ -49,6 +49,8 @@ def test_the_pass_through_with_headers_writes_each_record_with_the_routers_heade
         assert text["route"] == message["to_service"]
         assert text["scope"] == message["origin_database"]
         assert text["address"] == f"TCP://{message['to_service'].lower()}.example:4022"
-        assert text["decided_at"].endswith("Z") and len(text["decided_at"]) == len("2026-01-01T00:00:00.000Z")
+        assert text["decided_at"].endswith("Z") and len(text["decided_at"]) == len(
+            "2026-01-01T00:00:00.000000Z"
+        )
     # The same records, byte for byte, in both copies.
     assert sorted(r.value() or b"" for r in written) == sorted(r.value() or b"" for r in copied)
