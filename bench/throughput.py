@@ -225,6 +225,22 @@ def run_passthrough(
     return time.monotonic() - started
 
 
+def _pass_through(
+    spark: SparkSession,
+    bootstrap: str,
+    folder: Path,
+    prefix: str,
+    source: str,
+    per_batch: int,
+    headers: bool = False,
+) -> float:
+    """`run_passthrough` of `source` in namespace `prefix`, to a sink and a checkpoint of its kind's own."""
+    kind = "headers" if headers else "passthrough"
+    return run_passthrough(
+        spark, bootstrap, source, f"{prefix}.{kind}", folder / f"{prefix}-{kind}", per_batch, headers
+    )
+
+
 @dataclass(frozen=True)
 class RouterRun:
     """One timed `RouterJob.replay`: its time, what it routed, and the Spark work of its batches."""
@@ -353,13 +369,9 @@ def measure_throughput(
         prefix = new_prefix()
         outbound = prepare(bootstrap, prefix, 10, messages)
         progress(f"bench: warm-up {i + 1} of {warm_ups} with {messages:,} messages")
-        run_passthrough(
-            spark, bootstrap, outbound, f"{prefix}.passthrough", folder / f"{prefix}-pt", per_batch
-        )
+        _pass_through(spark, bootstrap, folder, prefix, outbound, per_batch)
         if with_headers:
-            run_passthrough(
-                spark, bootstrap, outbound, f"{prefix}.headers", folder / f"{prefix}-ph", per_batch, True
-            )
+            _pass_through(spark, bootstrap, folder, prefix, outbound, per_batch, headers=True)
         run_router(spark, router_settings(bootstrap, prefix, folder / f"{prefix}-router", per_batch))
     return [
         measure_once(spark, bootstrap, folder, count, messages, per_batch, with_headers) for count in sizes
@@ -384,9 +396,7 @@ def measure_once(
     outbound = prepare(bootstrap, prefix, routes, messages)
     progress(f"bench: {routes:,} routes: produced {messages:,} messages; running the pass-through")
     before, cpu_before, busy_before = compile_seconds(spark), cpu_seconds(spark), machine_busy_seconds()
-    passthrough_s = run_passthrough(
-        spark, bootstrap, outbound, f"{prefix}.passthrough", folder / f"{prefix}-pt", per_batch
-    )
+    passthrough_s = _pass_through(spark, bootstrap, folder, prefix, outbound, per_batch)
     passthrough_compile_s = compile_seconds(spark) - before
     passthrough_cpu_s, passthrough_busy_s = (
         cpu_seconds(spark) - cpu_before,
@@ -396,9 +406,7 @@ def measure_once(
     progress(f"bench: {routes:,} routes: pass-through {passthrough_s:.1f}s")
     if with_headers:
         progress(f"bench: {routes:,} routes: running the pass-through with the router's headers")
-        with_headers_s = run_passthrough(
-            spark, bootstrap, outbound, f"{prefix}.headers", folder / f"{prefix}-ph", per_batch, True
-        )
+        with_headers_s = _pass_through(spark, bootstrap, folder, prefix, outbound, per_batch, headers=True)
     progress(f"bench: {routes:,} routes: running the router")
     between, cpu_between, busy_between = compile_seconds(spark), cpu_seconds(spark), machine_busy_seconds()
     router = run_router(spark, router_settings(bootstrap, prefix, folder / f"{prefix}-router", per_batch))
