@@ -57,6 +57,7 @@ from bench.scaling import PER_BATCH as SCALING_PER_BATCH
 from bench.scaling import Scaled, measure_scaling, scaling_lines
 from bench.startup import StartupResult, measure_startup
 from bench.throughput import (
+    SENT_HEADERS,
     SUSTAINED,
     WARM_UPS,
     DelayedRun,
@@ -314,11 +315,11 @@ def _headers_lines(throughput: list[Measurement]) -> list[str]:
         return []
     ceilings = ", ".join(f"{m.headers_ratio:.2f} ({m.routes:,} routes)" for m in throughput)
     return [
-        "The pass-through with the router's headers writes every record with the nine headers a message "
-        "the router sends to a route's address carries (outcome, route, match_step, choice_step, "
-        "address, scope, snapshot_version, decided_at, router_instance; `bench.throughput.SENT_HEADERS`), "
-        "their values of the same sizes, and does nothing else the router does: no rule, no memory, one "
-        f"topic. It ran at {ceilings} of the plain pass-through: with no other work at all, a query "
+        f"The pass-through with the router's headers writes every record with the {len(SENT_HEADERS)} "
+        f"headers a message the router sends to a route's address carries ({', '.join(SENT_HEADERS)}; "
+        "`bench.throughput.SENT_HEADERS`), their values of the same sizes, and does nothing else the "
+        "router does: no rule, no memory, one topic. "
+        f"It ran at {ceilings} of the plain pass-through: with no other work at all, a query "
         "that writes the router's headers reaches about that share of it. The router's rate over "
         "that pass-through's (router / pass-through with its headers) is what the rules, the "
         "conversation memory and the destinations cost beyond those headers.",
@@ -439,8 +440,8 @@ def render(
         )
     for m in throughput:
         lines.append(
-            f"| Spark pass-through with the router's headers (nine, as a sent message's), {m.routes:,} "
-            f"routes' run | {m.with_headers_rate:,.0f} |"
+            f"| Spark pass-through with the router's headers ({len(SENT_HEADERS)}, as a sent message's), "
+            f"{m.routes:,} routes' run | {m.with_headers_rate:,.0f} |"
         )
     for m in throughput:
         lines.append(f"| router, {m.routes:,} routes | {m.router_rate:,.0f} |")

@@ -9,7 +9,7 @@ import pytest
 
 from bench.common import machine_busy_seconds
 from bench.run import _cpu_lines, _headers_lines
-from bench.throughput import Measurement, RouterRun, warm_up_lines
+from bench.throughput import SENT_HEADERS, Measurement, RouterRun, warm_up_lines
 from streaming.spark.batch import BatchMetrics
 from streaming.spark.progress import BatchReport
 
@@ -96,6 +96,7 @@ def test_the_headers_ceiling_and_the_routers_ratio_to_it_come_from_the_three_run
     other = replace(_measurement(10, 300_000, 2.0, 5.0), with_headers_s=2.5)
     text = "\n".join(_headers_lines([other, m]))
     assert "It ran at 0.80 (10 routes), 0.67 (1,000 routes) of the plain pass-through" in text
+    assert f"the {len(SENT_HEADERS)} headers" in text and ", ".join(SENT_HEADERS) in text
     assert _headers_lines([]) == []
 
 
