@@ -38,6 +38,19 @@ def children_running(pid: int, program: bytes) -> list[int]:
     return found
 
 
+def command_lines(pids: list[int]) -> dict[int, str]:
+    """Each process's command line, as text (for a failure's message; empty once it has ended)."""
+    lines = {}
+    for pid in pids:
+        try:
+            lines[pid] = (
+                Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            )
+        except OSError:
+            lines[pid] = ""
+    return lines
+
+
 def test_a_worker_killed_with_its_executor_mid_stream_loses_nothing(
     spark_cluster: StandaloneCluster,
     started: list[subprocess.Popen[bytes]],
@@ -75,7 +88,8 @@ def test_a_worker_killed_with_its_executor_mid_stream_loses_nothing(
     # The job has no Python code on the executors (no Python UDFs): they started no Python worker.
     for worker in spark_cluster.workers:
         for executor in worker.executors():
-            assert not children_running(executor, b"python"), f"executor {executor} started a Python worker"
+            python = children_running(executor, b"python")
+            assert not python, f"executor {executor} started a Python worker: {command_lines(python)}"
     output = stop(router, log)
 
     final = assert_every_message_accounted_for(
