@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -271,8 +272,15 @@ class RouterJob:
         # does: a job that kept its query would keep itself, its route snapshots and the JVM
         # objects they hold after `close()` (measured: 70 MiB of heap more per job that one
         # process ran, with 100,000 routes).
-        stream = input_stream(self.spark, self.settings, self.topology, self._inputs, self._held, starting)
-        self._prepare_plan(stream, partitions)
+        hand_over = self._prepare_plan(partitions)
+        try:
+            stream = input_stream(
+                self.spark, self.settings, self.topology, self._inputs, self._held, starting
+            )
+        except BaseException:
+            hand_over(None)
+            raise
+        hand_over(stream)
         return (
             stream.writeStream.foreachBatch(self.process_batch)
             .option("checkpointLocation", str(self.checkpoint))
@@ -281,26 +289,33 @@ class RouterJob:
             .start()
         )
 
-    def _prepare_plan(self, stream: DataFrame, partitions: int) -> None:
-        """Plan the batches' query, and run it over no rows, while Spark starts the streaming query.
+    def _prepare_plan(self, partitions: int) -> Callable[[DataFrame | None], None]:
+        """Plan the batches' query, and run it over no rows, while the query is built and started.
 
         Spark's stream thread takes seconds to start the query and plan its first micro-batch, on
-        one core; meanwhile this thread builds the route snapshot and the `BatchPlan`, and runs it
-        once over an empty batch of the stream's schema, which generates and compiles its code and
-        writes nothing. The first micro-batch then finds its plan ready (`_plan_for`), as later
-        ones do. The batch lock, taken here and handed to the thread, keeps the first micro-batch
-        waiting until the plan is ready. A failure here is left to the first batch, which plans
-        again and reports what fails. `partitions` are the batches' own: `start` refuses a
-        checkpoint whose state partitions differ (`check_state_partitions`), and a kept plan refuses
-        a batch of another number (`router.plan.BatchInput`).
+        one core; meanwhile a thread of the job's reads the route snapshot (while this one builds
+        the input stream), then builds the `BatchPlan` and runs it once over an empty batch of the
+        stream's schema, which generates and compiles its code and writes nothing. The first
+        micro-batch then finds its plan ready (`_plan_for`), as later ones do. Returns the call by
+        which `start` hands the thread the input stream once it is built (None: it was not).
+
+        The batch lock, taken here and handed to the thread, keeps the first micro-batch waiting
+        until the plan is ready. A failure here is left to the first batch, which plans again and
+        reports what fails. `partitions` are the batches' own: `start` refuses a checkpoint whose
+        state partitions differ (`check_state_partitions`), and a kept plan refuses a batch of
+        another number (`router.plan.BatchInput`).
         """
         self._batch_lock.acquire()
+        built: queue.Queue[DataFrame | None] = queue.Queue(maxsize=1)
 
         def prepare() -> None:
             started = time.monotonic()
             try:
-                empty = empty_batch(stream, partitions)
                 snapshot = self.snapshots.at(_now())
+                stream = built.get()
+                if stream is None:
+                    return
+                empty = empty_batch(stream, partitions)
                 self._plan_for(snapshot, empty).run(empty, snapshot)
                 log.debug("the batch plan was prepared in %.3fs", time.monotonic() - started)
             except Exception as error:
@@ -310,6 +325,7 @@ class RouterJob:
                 self._batch_lock.release()
 
         threading.Thread(target=prepare, name="router-plan", daemon=True).start()
+        return built.put
 
     def _starting_offsets(self) -> dict[str, str]:
         """Where a new checkpoint's sources start after a drained one (`Settings.start_after`).

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from streaming import topics
 from streaming.config import load_settings
@@ -282,6 +282,47 @@ def test_a_batch_refused_at_the_stop_is_planned_again_without_a_repair_warning(
     assert not [r.message for r in caplog.records if "not committed" in r.getMessage()]
     delivered = read_all(kafka_bootstrap, topics.queue_topic("i1", "AW", "Audit", prefix))
     assert sorted(decode_message(v)["conversation_id"] for _, v in delivered) == ["c1", "c2"]
+
+
+def test_the_batch_plan_is_ready_before_the_first_batch_and_a_failed_start_leaves_no_wait(
+    spark: SparkSession,
+    kafka_bootstrap: str,
+    prefix: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`start` reads the route snapshot while it builds the input stream, then plans the batches
+    over an empty one: the first batch finds the plan ready. When the input stream cannot be
+    built, the start fails with that error and the preparation ends with it (the batch lock is
+    free at once, so `close` does not wait)."""
+    import streaming.spark.job as job_module
+
+    produce(kafka_bootstrap, topics.outbound_topic("i1", prefix), [("c1", message("c1", "Audit"))])
+    job = router_job(spark, kafka_bootstrap, prefix, tmp_path)
+    planned: list[object] = []
+    route_batch = job._route_batch
+
+    def first_batch(batch: DataFrame, batch_id: int) -> None:
+        planned.append(job._plan)  # as the batch lock lets the first batch in
+        route_batch(batch, batch_id)
+
+    monkeypatch.setattr(job, "_route_batch", first_batch)
+    job.replay(timeout_s=300)
+    assert job.routed == 1
+    assert planned and planned[0] is not None  # prepared ahead, not by the batch itself
+    assert planned[0] is job._plan  # and that plan routed every batch
+    job.close()
+
+    def no_stream(*args: object, **kwargs: object) -> DataFrame:
+        raise RuntimeError("the input stream cannot be built")
+
+    monkeypatch.setattr(job_module, "input_stream", no_stream)
+    failed = router_job(spark, kafka_bootstrap, prefix, tmp_path / "failed")
+    with pytest.raises(RuntimeError, match="cannot be built"):
+        failed.start(bounded=True)
+    assert failed._batch_lock.acquire(timeout=30)  # the preparation let go of it
+    failed._batch_lock.release()
+    failed.close()
 
 
 def test_a_finished_job_is_freed_once_its_caller_lets_go_of_it(
