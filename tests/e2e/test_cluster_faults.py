@@ -26,15 +26,17 @@ PER_TRIGGER = 2_500
 """What `late_routed_stream`'s settings read per micro-batch."""
 
 
-def children_running(pid: int, program: bytes) -> list[int]:
-    """The child processes of `pid` whose command line names `program` (b"python", b"java")."""
+def children_running(pid: int, program: str) -> list[int]:
+    """The child processes of `pid` that run `program` ("python", "java"): their executable's name
+    begins with it. Only the executable counts, not an argument that names a path with it."""
     found = []
     for child in children(pid):
         try:
-            if program in Path(f"/proc/{child}/cmdline").read_bytes():
-                found.append(child)
+            executable = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0", 1)[0]
         except OSError:
-            pass  # ended meanwhile
+            continue  # ended meanwhile
+        if Path(executable.decode(errors="replace")).name.startswith(program):
+            found.append(child)
     return found
 
 
@@ -75,7 +77,7 @@ def test_a_worker_killed_with_its_executor_mid_stream_loses_nothing(
     wait_for(both_run_executors, 180, "an executor on each worker", router, log)
     if os.environ.get(CLASS_ARCHIVE_ENV) != "off":  # else set-up recorded no archive
         # The driver on a cluster has the classpath the class archive was recorded with, and maps it.
-        (driver,) = children_running(router.pid, b"java")
+        (driver,) = children_running(router.pid, "java")
         assert archive_mappings(driver), "the driver of a run on the cluster did not map the class archive"
     wait_for(lambda: written(kafka_bootstrap, names) > 0, 300, "routing", router, log)
     victim = spark_cluster.workers[0]
@@ -88,7 +90,7 @@ def test_a_worker_killed_with_its_executor_mid_stream_loses_nothing(
     # The job has no Python code on the executors (no Python UDFs): they started no Python worker.
     for worker in spark_cluster.workers:
         for executor in worker.executors():
-            python = children_running(executor, b"python")
+            python = children_running(executor, "python")
             assert not python, f"executor {executor} started a Python worker: {command_lines(python)}"
     output = stop(router, log)
 
