@@ -221,8 +221,8 @@ def _decide(
     from streaming.spark.decision import DecisionInputs, build_snapshot
     from streaming.spark.session import build_session
     from streaming.spark.snapshot import topic_naming
-    from streaming.spark.sources import Topology
     from streaming.spark.whatif import decided_twice, kafka_range, kept_choices_removed, report
+    from streaming.topology import Topology
 
     roles = dict(read_mirror_roles(kafka, topics.mirrors_topic(prefix)).table)
     topology = Topology(

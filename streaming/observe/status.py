@@ -27,7 +27,7 @@ checkpoint or a Spark session:
   routes (the reader keeps no tombstones, so a DROP ROUTE alone does not show there); the catalog's
   databases and services. Skipped records are counted as warnings.
 * **Destinations with no topic yet.** The topics the instance's current routes can send to
-  (`streaming.spark.snapshot.reachable_topics`) that the cluster does not hold: the router
+  (`streaming.topology.reachable_topics`) that the cluster does not hold: the router
   creates them when its snapshot changes, so one missing means the router has not run since the
   route appeared, or the broker refused the topic (the messages for it are then dropped with
   `destination_unavailable`).
@@ -65,6 +65,7 @@ from streaming.tables.reader import (
     read_catalog_table,
 )
 from streaming.text import format_table
+from streaming.topology import Topology, reachable_topics
 
 DELAY_MARGIN_S = 60.0
 """How much earlier than (last batch - retry_s) the delayed topic is read: room for the clocks of the
@@ -793,10 +794,6 @@ class StatusReader:
 
     def instance(self, name: str) -> InstanceStatus:
         """What is known of instance `name` (one of `by_name`)."""
-        # Imported here: these modules import pyspark (the functions used start no Spark session).
-        from streaming.spark.snapshot import reachable_topics
-        from streaming.spark.sources import Topology
-
         _, routes = self._start()
         catalog, prefix = self.by_name[name], self.prefix
         # The topics the router's group holds offsets for (`RouterJob.progress_groups`).

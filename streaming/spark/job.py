@@ -78,9 +78,10 @@ from streaming.spark.progress import BatchReport, RunTotals, lag, partition_lag,
 from streaming.spark.requests import OutstandingRequests
 from streaming.spark.rotation import RotationStore
 from streaming.spark.snapshot import RouteSnapshots
-from streaming.spark.sources import Topology, input_stream, write_options
+from streaming.spark.sources import input_stream, write_options
 from streaming.spark.state import held_counts, held_figures, read_state, state_counts
 from streaming.tables.reader import read_instances
+from streaming.topology import Topology
 
 log = logging.getLogger("streaming.job")
 

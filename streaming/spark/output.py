@@ -38,8 +38,9 @@ from streaming import topics
 from streaming.contract import FIRST_COLUMN, Reason
 from streaming.kafka.avro import schema_json
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, MISSING_ROUTE_MESSAGE_TYPE
-from streaming.spark.sources import SOURCE_DELAYED, SOURCE_INBOUND, Topology
+from streaming.spark.sources import SOURCE_DELAYED, SOURCE_INBOUND, topic_for
 from streaming.spark.state import choice_key, choice_value
+from streaming.topology import Topology
 
 DESTINATION_UNAVAILABLE = Reason.DESTINATION_UNAVAILABLE.value
 """The reason of a message whose destination topic could not be created or written."""
@@ -144,13 +145,13 @@ def output_records(decided: DataFrame, d: Destinations) -> DataFrame:
                 ]
             ),
         )
-        topic = F.when(refused, t.topic_for(topics.dropped_topic)).otherwise(topic)
+        topic = F.when(refused, topic_for(t, topics.dropped_topic)).otherwise(topic)
         message_headers = F.when(refused, refused_headers).otherwise(message_headers)
     home = F.col(HOME_COLUMN)
     source_topic = (
-        F.when(F.col("source") == SOURCE_DELAYED, t.topic_for(topics.delayed_topic, home))
-        .when(F.col("source") == SOURCE_INBOUND, t.topic_for(topics.inbound_topic, home))
-        .otherwise(t.topic_for(topics.outbound_topic, home))
+        F.when(F.col("source") == SOURCE_DELAYED, topic_for(t, topics.delayed_topic, home))
+        .when(F.col("source") == SOURCE_INBOUND, topic_for(t, topics.inbound_topic, home))
+        .otherwise(topic_for(t, topics.outbound_topic, home))
     )
     # Only on what the dropped topic gets: a when, not a header made for every row.
     message_headers = F.when(
@@ -161,7 +162,7 @@ def output_records(decided: DataFrame, d: Destinations) -> DataFrame:
     dead_letter = _record(
         F.lit(None),
         F.col("value"),
-        t.topic_for(topics.deadletter_topic, home),
+        topic_for(t, topics.deadletter_topic, home),
         headers(
             [
                 ("error", F.col("error")),
@@ -177,7 +178,7 @@ def output_records(decided: DataFrame, d: Destinations) -> DataFrame:
         _record(
             choice_key(),
             choice_value(),
-            t.topic_for(topics.choices_topic),
+            topic_for(t, topics.choices_topic),
             headers([("change", F.col("k_change"))]),
         ),
     )
@@ -186,11 +187,11 @@ def output_records(decided: DataFrame, d: Destinations) -> DataFrame:
     request_message = F.when(
         asks,
         _record(
-            request_id, _missing_route_message(request_id), t.topic_for(topics.outbound_topic), headers([])
+            request_id, _missing_route_message(request_id), topic_for(t, topics.outbound_topic), headers([])
         ),
     )
     request_record = F.when(
-        asks, _record(_request_key(), _request_value(), t.topic_for(topics.requests_topic), headers([]))
+        asks, _record(_request_key(), _request_value(), topic_for(t, topics.requests_topic), headers([]))
     )
     records = F.array(F.when(good, message).otherwise(dead_letter), choice, request_message, request_record)
     with_id = decided.withColumn("_request_id", F.when(asks, missing_route_id()))

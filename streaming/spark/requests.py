@@ -28,10 +28,10 @@ from streaming import topics
 from streaming.config import Settings
 from streaming.rules.memory import Requests
 from streaming.rules.model import Route
-from streaming.spark.sources import Topology
 from streaming.tables.reader import TableReader
 from streaming.tables.records import InstanceRequest, RequestRecord, RequestRecords
 from streaming.tables.topic_io import produce_records
+from streaming.topology import Topology
 
 log = logging.getLogger("streaming.requests")
 

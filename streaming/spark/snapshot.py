@@ -23,7 +23,7 @@ import gc
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Protocol
@@ -32,10 +32,9 @@ from pyspark.sql import SparkSession
 
 from streaming import topics
 from streaming.config import Settings
-from streaming.rules.model import Route, normalize_address
 from streaming.spark.decision import Snapshot, TopicNaming, build_snapshot
-from streaming.spark.sources import Topology
 from streaming.tables.reader import MirrorTableReader, RouteTableReader, databases_by_instance
+from streaming.topology import Topology, reachable_topics
 
 log = logging.getLogger("streaming.snapshot")
 
@@ -46,30 +45,6 @@ class TopicCreator(Protocol):
     def __call__(self, names: list[str]) -> dict[str, str]:
         """Create `names`; return the refused ones with the broker's error."""
         ...
-
-
-def reachable_topics(topology: Topology, routes: Iterable[tuple[str, Route]]) -> list[str]:
-    """Every destination topic a snapshot of (instance, route) pairs can route the messages to."""
-    t = topology
-    names = {*t.delayed, *t.dropped, *t.inbound_by_address.values()}
-    for instance in t.instances:
-        for database in instance.databases:
-            for service in database.services:
-                names.add(topics.queue_topic(instance.name, database.name, service, t.prefix))
-    # Each distinct next hop is looked at once: a large table has many routes to few, and naming a
-    # topic escapes its address character by character (100,000 routes to 8 addresses: 1.7 s
-    # when every route's was named, in the micro-batch that took the route change in; 0.035 s
-    # when every route's address was normalized, 0.01 s now).
-    hops = {(route.address, route.mirror_address): route for _, route in routes}
-    addresses = {
-        normalize_address(address)
-        for route in hops.values()
-        if not (route.is_local or route.is_transport)
-        for address in (route.address, route.mirror_address)
-        if address is not None
-    }
-    names.update(topics.network_topic(a, t.prefix) for a in addresses if a not in t.inbound_by_address)
-    return sorted(names)
 
 
 def topic_naming(topology: Topology) -> TopicNaming:

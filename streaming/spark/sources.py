@@ -18,7 +18,6 @@ then gives each message its conversation's memory.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -28,7 +27,6 @@ from pyspark.sql.avro.functions import from_avro
 from streaming import topics
 from streaming.config import Settings
 from streaming.contract import KEPT_COLUMNS
-from streaming.errors import ConfigError
 from streaming.kafka.avro import schema_json
 from streaming.kafka.connection import KafkaConnection
 from streaming.kafka.durability import spark_producer_options
@@ -37,6 +35,7 @@ from streaming.spark.decision import DecisionInputs
 from streaming.spark.session import session_jvm
 from streaming.spark.state import DELAYED_AT, apply_state, as_choices, as_delayed, as_messages
 from streaming.tables.validate import ADDRESS_MAX, SYSNAME_MAX
+from streaming.topology import TopicKind, Topology
 
 SOURCE_DELAYED, SOURCE_OUTBOUND, SOURCE_INBOUND = 0, 1, 2
 """Where a message row was read (`source`); also the first key of its batch order (`pos`)."""
@@ -47,102 +46,22 @@ TIME_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
 """The form of the instants in the records' headers (`decided_at`, `due_at`): ISO-8601, UTC, in µs."""
 
 
-TopicKind = Callable[[str, str], str]
-"""A topic of an instance, by instance name and prefix (`streaming.topics.outbound_topic`, ...)."""
+def per_instance(
+    topology: Topology, value: Callable[[Instance], Column], instance: Column | None = None
+) -> Column:
+    """`value` of the instance a row names (`instance`, by default the `instance` column).
 
-
-@dataclass(frozen=True)
-class Topology:
-    """The catalogs of the instances a query routes, and every topic name it reads or writes.
-
-    One query can route several instances (`Settings.instances`): a row's `instance` column names
-    whose it is, from the topic it was read from, and its own topics (delayed, dropped, ...) are
-    that instance's (`topic_for`).
+    The value itself when the query routes one instance, else a lookup by the instance's name.
     """
+    if len(topology.instances) == 1:
+        return value(topology.instances[0])
+    pairs = [c for i in topology.instances for c in (F.lit(i.name), value(i))]
+    return F.element_at(F.create_map(*pairs), instance if instance is not None else F.col("instance"))
 
-    instances: tuple[Instance, ...]
-    prefix: str
-    inbound_by_address: dict[str, str]
-    """The inbound topic of every instance in the catalogs, by its normalized address."""
 
-    def __post_init__(self) -> None:
-        if not self.instances:
-            raise ConfigError("a router query routes at least one instance")
-        retries = {i.retry_s for i in self.instances}
-        if len(retries) > 1:
-            given = ", ".join(f"{i.name}: {i.retry_s:g} s" for i in self.instances)
-            raise ConfigError(
-                f"the instances one query routes must have one retry_s in their catalogs, got {given}; "
-                "give them the same, or route them in separate jobs"
-            )
-
-    @property
-    def name(self) -> str:
-        """The instances' names, joined by `+` (for logs and the query's name)."""
-        return "+".join(i.name for i in self.instances)
-
-    @property
-    def retry_s(self) -> float:
-        """D2: how long a delayed conversation waits before it is routed again (one per query)."""
-        return self.instances[0].retry_s
-
-    def topics(self, kind: TopicKind) -> list[str]:
-        """That topic of every instance the query routes, in order."""
-        return [kind(i.name, self.prefix) for i in self.instances]
-
-    def per_instance(self, value: Callable[[Instance], Column], instance: Column | None = None) -> Column:
-        """`value` of the instance a row names (`instance`, by default the `instance` column).
-
-        The value itself when the query routes one instance, else a lookup by the instance's name.
-        """
-        if len(self.instances) == 1:
-            return value(self.instances[0])
-        pairs = [c for i in self.instances for c in (F.lit(i.name), value(i))]
-        return F.element_at(F.create_map(*pairs), instance if instance is not None else F.col("instance"))
-
-    def topic_for(self, kind: TopicKind, instance: Column | None = None) -> Column:
-        """That topic of the instance a row names (`per_instance`)."""
-        return self.per_instance(lambda i: F.lit(kind(i.name, self.prefix)), instance)
-
-    @property
-    def instance_name(self) -> Column | str:
-        """The instance a row is routed for: its name when the query routes one, else the column."""
-        return self.instances[0].name if len(self.instances) == 1 else F.col("instance")
-
-    @property
-    def outbound(self) -> list[str]:
-        """The topics the instances' services write to."""
-        return self.topics(topics.outbound_topic)
-
-    @property
-    def inbound(self) -> list[str]:
-        """The topics other instances write to."""
-        return self.topics(topics.inbound_topic)
-
-    @property
-    def delayed(self) -> list[str]:
-        """Delayed messages (LogAppendTime: a record's timestamp is when it was delayed)."""
-        return self.topics(topics.delayed_topic)
-
-    @property
-    def choices(self) -> list[str]:
-        """The route choices the decisions made (compacted; read back by the query, K2)."""
-        return self.topics(topics.choices_topic)
-
-    @property
-    def requests(self) -> list[str]:
-        """MissingRoute requests sent and ended (compacted; read when the job starts, B4)."""
-        return self.topics(topics.requests_topic)
-
-    @property
-    def dropped(self) -> list[str]:
-        """Dropped and discarded messages."""
-        return self.topics(topics.dropped_topic)
-
-    @property
-    def deadletter(self) -> list[str]:
-        """Records that do not decode."""
-        return self.topics(topics.deadletter_topic)
+def topic_for(topology: Topology, kind: TopicKind, instance: Column | None = None) -> Column:
+    """That topic of the instance a row names (`per_instance`)."""
+    return per_instance(topology, lambda i: F.lit(kind(i.name, topology.prefix)), instance)
 
 
 PRODUCER_DEFAULTS = {
@@ -277,7 +196,7 @@ def _instance_of_topic(t: Topology) -> Column:
 
 def _databases_of(t: Topology, instance: Column) -> Column:
     """The names of the databases of the row's instance (an outbound message names one, S1)."""
-    return t.per_instance(lambda i: F.array(*[F.lit(d.name) for d in i.databases]), instance)
+    return per_instance(t, lambda i: F.array(*[F.lit(d.name) for d in i.databases]), instance)
 
 
 def _kafka(

@@ -32,8 +32,9 @@ from pyspark.sql import functions as F
 
 from streaming.kafka.connection import KafkaConnection
 from streaming.spark.decision import DecisionInputs, decide, in_batch_order
-from streaming.spark.sources import Topology, decode, reader_options, register_functions
+from streaming.spark.sources import decode, reader_options, register_functions
 from streaming.spark.state import CHOICE_VALUE
+from streaming.topology import Topology
 from streaming.whatif import (
     Fate,
     Group,

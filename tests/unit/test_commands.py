@@ -388,7 +388,7 @@ def test_settings_name_one_instance_or_several_for_one_query(tmp_path: Path) -> 
 def test_the_instances_of_one_query_share_one_retry_time() -> None:
     """The state processor's timer (D2) is one per query."""
     from streaming.rules.model import Database, Instance
-    from streaming.spark.sources import Topology
+    from streaming.topology import Topology
 
     def instance(name: str, retry_s: float) -> Instance:
         return Instance(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import subprocess
 import sys
 
 import streaming
@@ -29,3 +30,16 @@ def test_every_module_imports_first() -> None:
             del sys.modules[loaded]
         sys.modules.update(saved)
     assert not failed, failed
+
+
+def test_the_status_command_and_the_topology_import_no_spark() -> None:
+    """`router status` reads Kafka only: importing it (and `streaming.topology`, the topics it
+    checks) loads no pyspark, in a fresh interpreter."""
+    code = (
+        "import sys, streaming.commands.status, streaming.observe.status, streaming.topology; "
+        "print(sorted(m for m in sys.modules if m == 'pyspark' or m.startswith('pyspark.')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from streaming import topics
 from streaming.rules.model import Database, Instance, Route
-from streaming.spark.snapshot import reachable_topics
-from streaming.spark.sources import Topology
+from streaming.topology import Topology, reachable_topics
 
 PREFIX = "t"
 OWN = Instance("i1", "TCP://me.example:4022", (Database("AW", "guid-aw", services=("Orders", "Audit")),))
