@@ -611,11 +611,21 @@ class RouterJob:
         threading.Thread(target=read, name="router-held-figures", daemon=True).start()
 
     def _report(self, query: StreamingQuery, on_batch: Callable[[BatchReport], None] | None) -> None:
-        """Hand on each batch's report once Spark's progress report of it (the lag) is there."""
+        """Hand on each batch's report once Spark's progress report of it (the lag) is there.
+
+        Spark's last progress report is read first: it is the pending batch's, or not there yet,
+        but for a batch missed between two calls. Only then are the recent ones read (up to 100,
+        each handed over as JSON: about 16 ms for 99 small ones against 0.2 ms for the last).
+        """
         with self._lock:
             if not self._reports:
                 return
-        for entry in query.recentProgress:
+            oldest = min(self._reports)
+        last = query.lastProgress
+        if last is None:
+            return
+        entries = [last] if last.batchId <= oldest else query.recentProgress
+        for entry in entries:
             progress = json.loads(entry.json)  # as Spark wrote it: offsets as JSON objects
             batch_id = int(progress.get("batchId", -1))
             with self._lock:

@@ -30,6 +30,7 @@ from streaming.kafka.avro import decode_message, encode_message, new_message_rec
 from streaming.kafka.consuming import header_pairs
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, Database, Instance, Route, normalize_address
 from streaming.spark.job import RouterJob
+from streaming.spark.progress import BatchReport
 from streaming.tables.reader import read_routes
 from streaming.tables.topic_io import publish_catalogs, put_route
 from tests.topic_records import records_now
@@ -323,6 +324,38 @@ def test_the_batch_plan_is_ready_before_the_first_batch_and_a_failed_start_leave
     assert failed._batch_lock.acquire(timeout=30)  # the preparation let go of it
     failed._batch_lock.release()
     failed.close()
+
+
+def test_every_batch_is_reported_once_in_order_with_its_lag(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
+    """A run's batches are handed on one report each, in batch order, with the lag Spark's progress
+    report gives (`RouterJob._report` reads the last progress report, and the recent ones only
+    for a batch it missed)."""
+    produce(
+        kafka_bootstrap,
+        topics.outbound_topic("i1", prefix),
+        [(f"c{i}", message(f"c{i}", "Audit")) for i in range(40)],
+    )
+    settings = load_settings(
+        None,
+        instance="i1",
+        bootstrap=kafka_bootstrap,
+        topic_prefix=prefix,
+        checkpoint_dir=str(tmp_path / "i1"),
+        max_offsets_per_trigger=4,
+    )
+    job = RouterJob(spark, settings)
+    reports: list[BatchReport] = []
+    job.replay(timeout_s=300, on_batch=reports.append)
+    job.close()
+    assert job.routed == 40
+    ids = [r.batch_id for r in reports]
+    committed = sorted(int(f.name) for f in (job.checkpoint / "commits").glob("[0-9]*"))
+    assert len(committed) >= 10  # at most 4 records a batch
+    assert ids == committed
+    assert all(r.lag is not None for r in reports)
+    assert sum(r.metrics.records for r in reports) == 40
 
 
 def test_a_finished_job_is_freed_once_its_caller_lets_go_of_it(
