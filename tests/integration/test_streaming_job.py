@@ -102,15 +102,22 @@ def prefix(kafka_bootstrap: str) -> str:
 
 
 def router_job(
-    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path, instance: str = "i1"
+    spark: SparkSession,
+    kafka_bootstrap: str,
+    prefix: str,
+    tmp_path: Path,
+    instance: str = "i1",
+    **overrides: object,
 ) -> RouterJob:
-    """A job routing `instance` in `prefix`, its checkpoint under `tmp_path` by the instance's name."""
+    """A job routing `instance` in `prefix`, its checkpoint under `tmp_path` by the instance's name;
+    `overrides` are further settings (`load_settings`)."""
     settings = load_settings(
         None,
         instance=instance,
         bootstrap=kafka_bootstrap,
         topic_prefix=prefix,
         checkpoint_dir=str(tmp_path / instance),
+        **overrides,
     )
     return RouterJob(spark, settings)
 
@@ -337,15 +344,7 @@ def test_every_batch_is_reported_once_in_order_with_its_lag(
         topics.outbound_topic("i1", prefix),
         [(f"c{i}", message(f"c{i}", "Audit")) for i in range(40)],
     )
-    settings = load_settings(
-        None,
-        instance="i1",
-        bootstrap=kafka_bootstrap,
-        topic_prefix=prefix,
-        checkpoint_dir=str(tmp_path / "i1"),
-        max_offsets_per_trigger=4,
-    )
-    job = RouterJob(spark, settings)
+    job = router_job(spark, kafka_bootstrap, prefix, tmp_path, max_offsets_per_trigger=4)
     reports: list[BatchReport] = []
     job.replay(timeout_s=300, on_batch=reports.append)
     job.close()
