@@ -67,6 +67,10 @@ def driver_environment() -> dict[str, str]:
     return {"SPARK_LOCAL_IP": HOST}
 
 
+PORT_RETRIES = 3
+"""How often a worker whose port was taken before it bound it is started again on another."""
+
+
 @dataclass
 class Worker:
     """One worker process: its RPC port (its id on the master's page) and its folder."""
@@ -75,6 +79,8 @@ class Worker:
     port: int
     folder: Path
     process: subprocess.Popen[bytes]
+    restarts: int = 0
+    """How often it was started again on another port (`PORT_RETRIES` at most)."""
 
     @property
     def log_file(self) -> Path:
@@ -141,7 +147,9 @@ class StandaloneCluster:
             "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
             # A port taken is an error, not a quiet move to the next one, which the workers (and the
             # driver) would not find.
-            "SPARK_MASTER_OPTS": "-Dspark.port.maxRetries=0",
+            # No REST submission server: the router is its own driver, and two masters on one
+            # machine would both take its fixed port (6066), the second failing to.
+            "SPARK_MASTER_OPTS": "-Dspark.port.maxRetries=0 -Dspark.master.rest.enabled=false",
             "SPARK_WORKER_OPTS": "-Dspark.port.maxRetries=0",
             # The daemons read no spark-defaults.conf meant for a driver.
             "SPARK_CONF_DIR": str(self.folder / "conf"),
@@ -244,6 +252,7 @@ class StandaloneCluster:
         """Wait until every running worker is registered with the master and alive."""
         deadline = time.monotonic() + self.start_timeout
         while True:
+            self._restart_workers_whose_port_was_taken()
             for name, process, log in self._processes():
                 if process.poll() is not None:
                     raise SparkClusterError(
@@ -263,6 +272,21 @@ class StandaloneCluster:
                     f"{self.folder / 'master.log'}:\n{_tail(self.folder / 'master.log')}"
                 )
             time.sleep(0.2)
+
+    def _restart_workers_whose_port_was_taken(self) -> None:
+        """A worker that exited because its port was taken meanwhile is started again on another.
+
+        Its port is picked free, but the worker binds it seconds later, once its JVM is up; on a
+        busy machine another process can take it first (the worker then logs a BindException).
+        """
+        for worker in list(self.workers):
+            if worker.process.poll() is None or worker.restarts >= PORT_RETRIES:
+                continue
+            if "Address already in use" not in _tail(worker.log_file, 400):
+                continue
+            self.workers.remove(worker)
+            again = self._start_worker()
+            again.restarts = worker.restarts + 1
 
     def _processes(self) -> list[tuple[str, subprocess.Popen[bytes], Path]]:
         found = [("master", self.master, self.folder / "master.log")] if self.master is not None else []
