@@ -44,7 +44,7 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("decision", "the decision's pass (router.rules and its Spark adapter) and its headers"),
     ("output", "the output records (SQL: message, dead letter, choice, request) and their metrics"),
     ("producer", "the Kafka producer (Spark's writer and the client), I/O thread included"),
-    ("driver", "the driver: planning each micro-batch, offsets, checkpoint, commits"),
+    ("driver", "the driver: building the query, planning each micro-batch, offsets, checkpoint, commits"),
     ("other", "other JVM threads (listener bus, block manager, heartbeats)"),
 )
 """The router's steps, in the order its data goes through them, with what each holds."""
@@ -72,12 +72,25 @@ def _any(frames: Sequence[str], pattern: str) -> bool:
     return any(rx.search(f) for f in frames)
 
 
+def _memory_step(inner: Sequence[str]) -> str:
+    """The memory's step of a sample within the state processor's operator (`inner`: its frames)."""
+    if _any(inner, r"RocksDB|rocksdb"):
+        return "memory: state store"
+    if any(f.startswith(_PROCESSOR) for f in inner):
+        if _any(inner, r"SafeProjection|ExpressionEncoder|ObjectOperator|RowFactory|GenericRow"):
+            return "memory: rows"
+        return "memory: processor"
+    if _any(inner, r"StateStore|StatefulProcessor|ValueState|Timer|Changelog"):
+        return "memory: state store"
+    return "memory: rows"
+
+
 def step_of(thread: str, frames: Sequence[str]) -> str:
     """The step (a name of `STEPS`) of one sample: its thread's name and frames, outermost first."""
     if thread.startswith("kafka-producer-network-thread"):
         return "producer"
-    if thread.startswith(_DRIVER):
-        return "driver"
+    if thread.startswith(_DRIVER) or _any(frames[:8], r"^py4j\."):
+        return "driver"  # Spark's stream thread, or a call from the Python driver (building the query)
     if not thread.startswith(_TASK):
         return "other"
     if _any(frames, r"\.ShuffleMapTask\."):
@@ -96,15 +109,12 @@ def step_of(thread: str, frames: Sequence[str]) -> str:
         if not (pulls and upstream and "IteratorWrapper" in upstream[0]):
             return "decision"
         # The decision's pass asking for its next row: the rows out of the state processor.
-        if _any(upstream, r"RocksDB|rocksdb"):
-            return "memory: state store"
-        if any(f.startswith(_PROCESSOR) for f in upstream):
-            if _any(upstream, r"SafeProjection|ExpressionEncoder|ObjectOperator|RowFactory|GenericRow"):
-                return "memory: rows"
-            return "memory: processor"
-        if _any(upstream, r"StateStore|TransformWithState|StatefulProcessor|ValueState|Timer"):
-            return "memory: state store"
-        return "memory: rows"
+        return _memory_step(upstream)
+    operator = [i for i, f in enumerate(frames) if "StateStoreRDD.compute" in f]
+    if operator:
+        # The state processor's operator before the decision's pass reads its first row: the
+        # shuffle read and the sort by state key of its input, the state store's opening.
+        return _memory_step(frames[operator[-1] + 1 :])
     if _any(frames, r"org\.apache\.kafka\.|KafkaRowWriter\.sendRow$"):
         return "producer"
     return "output"

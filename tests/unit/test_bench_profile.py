@@ -81,6 +81,37 @@ STEP = [f"{PROCESSOR}.handleInputRows", f"{PROCESSOR}.step"]
             "producer",
         ),
         (TASK, [*RESULT, "org.apache.spark.sql.catalyst.expressions.codegen.UnsafeWriter.write"], "output"),
+        # The state processor's input read and sorted by key before the decision's pass pulls a row.
+        (
+            TASK,
+            [
+                *RESULT,
+                "org.apache.spark.sql.execution.streaming.state.StateStoreRDD.compute",
+                *STATE,
+                "org.apache.spark.sql.execution.UnsafeExternalRowSorter.sort",
+            ],
+            "memory: rows",
+        ),
+        (
+            TASK,
+            [
+                *RESULT,
+                "org.apache.spark.sql.execution.streaming.state.StateStoreRDD.compute",
+                "org.apache.spark.sql.execution.streaming.state.StateStoreChangelogWriter.<init>",
+            ],
+            "memory: state store",
+        ),
+        # A call from the Python driver: building the query, running a batch's job.
+        (
+            "Thread-3",
+            [
+                "java.lang.Thread.run",
+                "py4j.ClientServerConnection.run",
+                "py4j.commands.CallCommand.execute",
+                "org.apache.spark.sql.Dataset.select",
+            ],
+            "driver",
+        ),
         (
             "kafka-producer-network-thread | producer-1",
             ["org.apache.kafka.clients.producer.internals.Sender.run"],
