@@ -26,6 +26,7 @@ from pyspark.sql.types import (
 from streaming.rules.batch import BatchResult, RoutingBatch
 from streaming.rules.model import Decision, Outcome, Reason
 from streaming.spark.decision import DecisionInputs, build_snapshot, decide, in_batch_order
+from streaming.spark.session import cast_to
 
 LITERAL_ROWS = 16
 """local_frame writes up to this many rows into the plan as literals; more go over as Arrow."""
@@ -187,14 +188,15 @@ def local_frame(spark: SparkSession, rows: Sequence[Sequence[object]], schema: S
         raise TypeError(f"expected a struct schema, got {schema!r}")
     struct = parsed
     if not rows:
-        return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in struct.fields])
+        return spark.range(0).select(*[cast_to(F.lit(None), f.dataType).alias(f.name) for f in struct.fields])
     if len(rows) > LITERAL_ROWS:
         arrow_schema = to_arrow_schema(struct)
         columns = [list(c) for c in zip(*rows, strict=True)]
         arrays = [pa.array(c, type=f.type) for c, f in zip(columns, arrow_schema, strict=True)]
         return spark.createDataFrame(pa.Table.from_arrays(arrays, schema=arrow_schema))
+    fields = struct.fields
     values = [
-        F.struct(*[F.lit(v).cast(f.dataType).alias(f.name) for v, f in zip(row, struct.fields, strict=True)])
+        F.struct(*[cast_to(F.lit(v), f.dataType).alias(f.name) for v, f in zip(row, fields, strict=True)])
         for row in rows
     ]
     return spark.range(1).select(F.inline(F.array(*values)))

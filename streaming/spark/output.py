@@ -50,6 +50,8 @@ HOME_COLUMN = "home_instance"
 `instance` the batch clears, so that no lookup of the decision finds anything for it)."""
 
 HEADER_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+HEADER_DDL = HEADER_TYPE.simpleString()
+"""`HEADER_TYPE` by name: a cast to it by name is one py4j round trip, to the type object six."""
 RECORD_FIELDS = ("key", "value", "topic", "headers")
 SOURCE_TOPIC_HEADER = "source_topic"
 """The input topic a dropped message or a dead letter was read from, after the decision's headers."""
@@ -66,7 +68,7 @@ class Destinations:
 
 def headers(pairs: list[tuple[str, Column]]) -> Column:
     """Kafka headers from (name, string column) pairs; a null value leaves its header out."""
-    empty = F.array().cast(HEADER_TYPE)
+    empty = F.array().cast(HEADER_DDL)
     if not pairs:
         return empty
     parts = [
@@ -84,7 +86,7 @@ def _record(key: Column, value: Column, topic: Column, headers_: Column) -> Colu
         key.cast("binary").alias("key"),
         value.cast("binary").alias("value"),
         topic.cast("string").alias("topic"),
-        headers_.cast(HEADER_TYPE).alias("headers"),
+        headers_.cast(HEADER_DDL).alias("headers"),
     )
 
 

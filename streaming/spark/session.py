@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from pyspark import java_gateway
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, SparkSession
+from pyspark.sql.types import AtomicType, DataType
 
 from streaming.errors import RouterError
 from streaming.jars import driver_class_archive, router_state_jar, spark_connector_jars
@@ -178,6 +179,15 @@ def session_jvm(spark: SparkSession, needing: str) -> Any:
     if jvm is None:
         raise RouterError(f"{needing} a classic SparkSession (a JVM), not Spark Connect")
     return jvm
+
+
+def cast_to(column: Column, dtype: DataType) -> Column:
+    """`column` cast to `dtype`: by the type's name when it is atomic, one py4j round trip.
+
+    A cast to a DataType object takes six: PySpark looks the session up and has the JVM parse the
+    type from JSON. Building the query casts to a type some hundred times.
+    """
+    return column.cast(dtype.simpleString()) if isinstance(dtype, AtomicType) else column.cast(dtype)
 
 
 def build_session(

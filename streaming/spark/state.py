@@ -59,7 +59,7 @@ from streaming.contract import (
 )
 from streaming.spark.checkpoint_files import CheckpointPath
 from streaming.spark.decision import DecisionInputs
-from streaming.spark.session import session_jvm
+from streaming.spark.session import cast_to, session_jvm
 
 MESSAGE, CHOICE, DELAYED = STATE_KINDS["message"], STATE_KINDS["choice"], STATE_KINDS["delayed"]
 """The kinds of rows the processor takes (`c_kind`)."""
@@ -88,7 +88,8 @@ _IDENTITY_FIELDS = ("bid", "route_service", "address")
 
 
 def _null(dtype: DataType) -> Column:
-    return F.lit(None).cast(dtype)
+    """A null of `dtype`; cast by the type's name where it has one (`streaming.spark.session.cast_to`)."""
+    return cast_to(F.lit(None), dtype)
 
 
 def _endpoint_key(instance: Column, conversation: Column, from_target: Column) -> Column:
@@ -108,7 +109,7 @@ def _state_columns(
 ) -> dict[str, Column]:
     none = _null(StringType())
     return {
-        STATE_KIND_COLUMN: F.lit(kind).cast(IntegerType()),
+        STATE_KIND_COLUMN: cast_to(F.lit(kind), IntegerType()),
         **dict(zip(IDENTITY_COLUMNS, identity or (none, none, none), strict=True)),
         STATE_AT_COLUMN: at_ms if at_ms is not None else _null(LongType()),
     }
