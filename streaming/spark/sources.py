@@ -151,7 +151,7 @@ def input_stream(
     )
     tick = _tick(spark).where(F.lit(False))  # it only makes micro-batches run
     decoding = Decoding.of(t)  # the same columns for the messages and the delayed records
-    decoded = decode(messages.unionByName(tick), t, decoding=decoding)
+    decoded = decode(messages.unionByName(tick), decoding)
     rows = as_messages(decoded)
     delayed = _kafka(spark, settings, t.delayed, limit=False, headers=True, starting=starting.get("delayed"))
     kept = {c: _header_value(c) for c in KEPT_COLUMNS}
@@ -159,7 +159,7 @@ def input_stream(
     # its `due_at` counts), not from when its record was appended, a batch's write later.
     decided = F.unix_millis(F.to_timestamp(_header_value("decided_at"), TIME_FORMAT))
     kept[DELAYED_AT] = F.coalesce(decided, F.unix_millis(F.col("timestamp")))
-    delayed_rows = decode(delayed.withColumns(kept), t, passed=(*KEPT_COLUMNS, DELAYED_AT), decoding=decoding)
+    delayed_rows = decode(delayed.withColumns(kept), decoding, passed=(*KEPT_COLUMNS, DELAYED_AT))
     rows = rows.unionByName(as_delayed(delayed_rows))
     if settings.keep_choice_s > 0:
         # Read in as many tasks as the processor's partitions, not one: a batch reads back about a
@@ -268,19 +268,18 @@ def canonical_guid_sql(value: Column) -> Column:
     )
 
 
-def decode(
-    records: DataFrame, topology: Topology, passed: tuple[str, ...] = (), decoding: Decoding | None = None
-) -> DataFrame:
+def decode(records: DataFrame, decoding: Decoding, passed: tuple[str, ...] = ()) -> DataFrame:
     """Decode Kafka rows into message rows; `error` says why one is malformed (it is dead-lettered).
 
     The `passed` columns of `records` are kept as they are. A message's batch order `pos` is its
     source, then partition, then offset: delayed records first, then outbound, then inbound (a
     conversation's records share a partition: its id is the key). Its lifetime (F3) stays as it
     came, `expires_ms` or `ttl_ms`: the decision reads it at the batch's time
-    (`router.spark.MessageColumns`). `decoding`: the columns, built once for several decodes.
+    (`router.spark.MessageColumns`). `decoding`: the columns for the records' topology, which
+    several decodes may share (`Decoding.of`).
     """
-    d = decoding or Decoding.of(topology)
-    return records.withColumn("source", d.source).withColumn("rec", d.rec).select(*d.columns, *passed)
+    with_rec = records.withColumn("source", decoding.source).withColumn("rec", decoding.rec)
+    return with_rec.select(*decoding.columns, *passed)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 
 from streaming.kafka.connection import KafkaConnection
 from streaming.spark.decision import DecisionInputs, decide, in_batch_order
-from streaming.spark.sources import decode, reader_options, register_functions
+from streaming.spark.sources import Decoding, decode, reader_options, register_functions
 from streaming.spark.state import CHOICE_VALUE
 from streaming.topology import Topology
 from streaming.whatif import (
@@ -109,7 +109,7 @@ def decided_twice(
     stamped = records.select(
         "topic", "partition", "offset", "value", F.unix_millis(F.col("timestamp")).alias("batch_ms")
     )
-    rows = decode(stamped, topology, passed=("batch_ms",)).select(*_CARRIED)
+    rows = decode(stamped, Decoding.of(topology), passed=("batch_ms",)).select(*_CARRIED)
     if in_one_pass:
         rows = in_batch_order(rows)
     first = decide(rows, live).select(*_CARRIED, *_fate("live"))
