@@ -10,7 +10,7 @@ TEST_WORKERS ?= 2
 # The JUnit tests' cases, written by the Python reference (tests/jvm_cases.py); git-ignored.
 JVM_CASES ?= .cache/jvm-cases
 
-.PHONY: help setup demo test test-unit test-jvm test-integration check kafka-start kafka-stop bench clean distclean
+.PHONY: help setup demo test test-unit test-jvm test-integration check kafka-start kafka-stop bench soak clean distclean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -54,6 +54,10 @@ kafka-stop: ## stop the embedded Kafka broker
 
 bench: setup ## measure the router against the transport, a pass-through and a Python loop (bench/run.py, ~20 min)
 	$(BIN)/python -m bench.run
+
+SOAK_MINUTES ?= 20
+soak: setup ## run `router run` under a steady load and sample what would grow if it leaked (bench/soak.py, SOAK_MINUTES=20)
+	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES) --out bench/SOAK.md
 
 clean: ## stop the broker; delete .state, checkpoints and tool caches (keeps .venv and the jars)
 	@if [ -x $(BIN)/router ]; then $(BIN)/router kafka stop || true; fi

@@ -1,7 +1,8 @@
 """`router run` as a user runs it, in a child process: started, known to route, stopped.
 
 `RouterProcess(bootstrap, prefix, folder)` writes a settings file into `folder` (instance, bootstrap,
-topic_prefix, checkpoint_dir; every other setting, the trigger included, is the default) and runs
+topic_prefix, checkpoint_dir, and any `settings` given; every other setting, the trigger included, is
+the default) and runs
 `router run --config FILE` from the same environment as this Python, in a process group of its own,
 its stdout and stderr appended to `folder/router.log`.
 
@@ -79,10 +80,13 @@ class RouterProcess:
         folder: Path,
         instance: Instance = I1,
         environment: Mapping[str, str] | None = None,
+        settings: Mapping[str, object] | None = None,
     ) -> None:
-        """`environment`: variables set for the router process on top of this process's own."""
+        """`environment`: variables set for the router process on top of this process's own;
+        `settings`: more lines of its settings file (`metrics_port`, ...), beside the four it always has."""
         self.bootstrap = bootstrap
         self.environment = dict(environment or {})
+        self.more_settings = dict(settings or {})
         self.prefix = prefix
         self.instance = instance
         self.folder = folder
@@ -97,7 +101,8 @@ class RouterProcess:
             f"instance: {self.instance.name}\n"
             f"bootstrap: {self.bootstrap}\n"
             f"topic_prefix: {self.prefix}\n"
-            f"checkpoint_dir: {self.folder / 'checkpoint'}\n",
+            f"checkpoint_dir: {self.folder / 'checkpoint'}\n"
+            + "".join(f"{k}: {v}\n" for k, v in self.more_settings.items()),
             encoding="utf-8",
         )
         router = Path(sys.executable).with_name("router")
