@@ -59,6 +59,16 @@ JVM_OPTIONS = " ".join(
         # replays of 300,000 messages, a new JVM per collector, twice: 6.85-7.28 s a replay with it,
         # 7.01-8.54 s with G1.
         "-XX:+UseParallelGC",
+        # Avro's fast reader, off. It keeps the reader it builds for each schema object in a map
+        # whose entries hold their own keys, so none is ever freed, and Spark's from_avro parses
+        # its schema anew in every task: each task left a schema and its reader on the heap for
+        # good. Measured in one JVM over replays of 21 micro-batches: 1,790-1,840 more live Avro
+        # schema fields after each replay with it, 238-926 (fewer each time) without; under
+        # `bench/soak.py` at 2,000 msg/s, 43,214 live schema fields after 12 minutes with it, 830
+        # without. Without it Avro decodes through its resolving decoder, kept per task thread,
+        # and no slower: warm replays of 300,000 messages in new JVMs, alternating, ran at
+        # 17,465-21,373 msg/s without it and 17,905-19,028 with it (six of each).
+        "-Dorg.apache.avro.fastread=false",
         # Avro allocates a string or bytes field at the length the record declares before reading
         # it: a few garbage bytes can declare 2 GB and end the JVM (OutOfMemoryError). Past this
         # length a value is undecodable and dead-lettered instead.
@@ -68,6 +78,9 @@ JVM_OPTIONS = " ".join(
     ]
 )
 """JVM flags for the driver and executors, for the router's wide generated code."""
+
+RETAINED_UI = 50
+"""SQL executions, jobs and stages Spark's status listeners keep (Spark's default: 1,000 each)."""
 
 CLASS_ARCHIVE_ENV = "ROUTER_CLASS_ARCHIVE"
 """`off` starts the driver without its class archive (`archive_options`)."""
@@ -225,6 +238,14 @@ def build_session(
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.default.parallelism", str(shuffle_partitions))
         .config("spark.ui.enabled", "false")
+        # With the UI off, Spark's status listeners still keep the last 1,000 SQL executions (each
+        # with its plan's graph and every metric's value as text), jobs and stages on the driver's
+        # heap, for a UI no one opens here; at a micro-batch a second `router run` fills them in
+        # about 17 minutes. Measured with `bench/soak.py`: about 80 KiB of live heap per execution
+        # kept (12 MB more over 150 micro-batches, most of it their metrics' values).
+        .config("spark.sql.ui.retainedExecutions", str(RETAINED_UI))
+        .config("spark.ui.retainedJobs", str(RETAINED_UI))
+        .config("spark.ui.retainedStages", str(RETAINED_UI))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", os.environ.get("ROUTER_SPARK_DRIVER_MEMORY", "2g"))
         .config("spark.sql.adaptive.enabled", "false")

@@ -1,6 +1,8 @@
 package router.avro;
 
 import java.io.IOException;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 
 import org.apache.avro.Schema;
 import org.apache.avro.generic.GenericDatumReader;
@@ -17,9 +19,16 @@ import org.apache.spark.sql.api.java.UDF1;
  * it instead ({@code streaming.spark.sources.decode}). Registered as a SQL function for one schema
  * ({@code streaming.spark.sources.register_functions}); each task thread reuses its own reader and
  * decoder.
+ *
+ * <p>Spark sends the function to each task anew, so each task's copy would parse its own schema. All
+ * copies in a JVM share one parsed schema instead ({@link #SCHEMAS}): Avro caches what it derives
+ * from a schema per schema object, and a new object per task would be a new entry per task.
  */
 public final class TrailingBytes implements UDF1<byte[], Integer> {
   private static final long serialVersionUID = 1L;
+
+  /** The schemas parsed in this JVM, by their JSON text: one object per schema, whatever the task. */
+  private static final Map<String, Schema> SCHEMAS = new ConcurrentHashMap<>();
 
   private final String schemaJson;
   private transient ThreadLocal<State> state;
@@ -40,7 +49,7 @@ public final class TrailingBytes implements UDF1<byte[], Integer> {
 
   private synchronized ThreadLocal<State> threadState() {
     if (state == null) {
-      Schema schema = new Schema.Parser().parse(schemaJson);
+      Schema schema = SCHEMAS.computeIfAbsent(schemaJson, json -> new Schema.Parser().parse(json));
       state = ThreadLocal.withInitial(() -> new State(schema));
     }
     return state;

@@ -1,0 +1,71 @@
+"""Decoding in many tasks leaves no Avro schema behind per task.
+
+Spark's from_avro, and the router's `router_trailing_bytes` function (`router.avro.TrailingBytes`),
+run in every task of every micro-batch. Avro's fast reader would keep a reader, and the schema it
+was built for, per schema object for as long as the JVM runs, and from_avro parses its schema anew
+per task: the heap grew by some 400 MiB an hour under a steady load (`bench/soak.py`). The router's
+JVMs run with the fast reader off (`streaming.spark.session.JVM_OPTIONS`), and the function's copies
+share one schema object.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from datetime import datetime, timezone
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import from_avro
+
+from streaming.kafka.avro import encode_message, new_message_record, schema_json
+from streaming.spark.session import session_jvm
+from streaming.spark.sources import TRAILING_BYTES, register_functions
+
+FIELD = "org.apache.avro.Schema$Field"
+FIELDS = len(json.loads(schema_json("message"))["fields"])
+TASKS = 4
+WARM, MEASURED = 3, 20
+
+
+def live_instances(spark: SparkSession, class_name: str) -> int:
+    """Live instances of `class_name` in the session's JVM, after a full collection (jcmd)."""
+    pid = session_jvm(spark, "the heap's census needs").java.lang.ProcessHandle.current().pid()
+    census = subprocess.run(
+        ["jcmd", str(pid), "GC.class_histogram"], check=True, capture_output=True, text=True, timeout=120
+    ).stdout
+    found = re.search(r"^\s*\d+:\s+(\d+)\s+\d+\s+" + re.escape(class_name) + r"(\s|$)", census, re.MULTILINE)
+    return int(found.group(1)) if found else 0
+
+
+def test_decoding_in_many_tasks_keeps_no_schema_per_task(spark: SparkSession) -> None:
+    register_functions(spark)
+    now = datetime.now(timezone.utc)
+    records = [
+        new_message_record(
+            message_id=f"m{n}", conversation_id=f"c{n}", to_service="S", from_service="F", enqueued_at=now
+        )
+        for n in range(40)
+    ]
+    values = [(encode_message(r),) for r in records]
+    frame = spark.createDataFrame(values, "value binary").repartition(TASKS)
+    decoded = frame.select(
+        from_avro(F.col("value"), schema_json("message"))["message_id"].alias("id"),
+        F.call_function(TRAILING_BYTES, F.col("value")).alias("rest"),
+    )
+
+    def decode() -> None:
+        rows = decoded.collect()
+        assert len(rows) == 40 and {r["rest"] for r in rows} == {0}
+
+    for _ in range(WARM):
+        decode()
+    before = live_instances(spark, FIELD)
+    for _ in range(MEASURED):
+        decode()
+    grown = live_instances(spark, FIELD) - before
+
+    # One schema kept per task would be MEASURED * TASKS = 80 schemas of the message's fields
+    # (FIELDS each), for from_avro alone. Allow less than one schema per job.
+    assert grown < MEASURED * FIELDS, f"{grown} more live Avro schema fields after {MEASURED * TASKS} tasks"
