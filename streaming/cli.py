@@ -31,14 +31,19 @@ COMMANDS = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the parser with every command's sub-parser registered."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Return the parser with `command`'s sub-parser registered, or every command's.
+
+    Each command module imports what its command needs (PySpark, the Kafka clients): registering
+    only the command being run keeps a pure-Python command such as `router resolve --engine
+    reference` from importing them all (measured: 4.5 s a start against 1.0 s, on a busy machine).
+    """
     parser = argparse.ArgumentParser(
         prog="router",
         description="Service Broker routing on Kafka, with Spark Structured Streaming.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
+    for name in (command,) if command in COMMANDS else COMMANDS:
         module = importlib.import_module(f"streaming.commands.{name}")
         module.register(sub)
     return parser
@@ -46,8 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one `router` command; a RouterError prints its message and exits 2."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    # The top-level parser has no option but --help, so a command comes first; anything else
+    # (no command, --help, a name no command has) gets the parser of every command.
+    parser = build_parser(given[0] if given else None)
+    args = parser.parse_args(given)
     try:
         return int(args.func(args) or 0)
     except RouterError as exc:
