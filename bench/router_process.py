@@ -2,9 +2,8 @@
 
 `RouterProcess(bootstrap, prefix, folder)` writes a settings file into `folder` (instance, bootstrap,
 topic_prefix, checkpoint_dir, and any `settings` given; every other setting, the trigger included, is
-the default) and runs
-`router run --config FILE` from the same environment as this Python, in a process group of its own,
-its stdout and stderr appended to `folder/router.log`.
+the default) and runs `router run --config FILE` from the same environment as this Python, in a
+process group of its own, its stdout and stderr appended to `folder/router.log`.
 
 Readiness is seen, not guessed: `wait_until_routing` sends one probe message to a local service of
 the instance and waits until the router has delivered it to that service's queue topic, so the

@@ -55,9 +55,11 @@ from bench.common import (
     routes_for,
 )
 from bench.latency import LOAD_PRODUCER, wait_for_records
+from bench.memory import folder_mb
 from bench.router_process import RouterProcess
 from streaming import topics
 from streaming.devtools.embedded_kafka import free_port
+from streaming.devtools.spark_cluster import children
 
 ROUTES = 10
 DRAIN_S = 120.0
@@ -91,18 +93,7 @@ class Sample:
     """Input records not yet read after the last micro-batch, every partition's."""
 
 
-TRENDED = (
-    "heap_mb",
-    "metaspace_mb",
-    "jvm_rss_mb",
-    "python_rss_mb",
-    "jvm_threads",
-    "python_threads",
-    "open_files",
-    "checkpoint_mb",
-    "batch_s",
-    "lag",
-)
+TRENDED = tuple(f.name for f in fields(Sample) if f.name not in ("minute", "batches"))
 """The figures whose trend is reported: each should stay flat once the router is warm."""
 
 
@@ -124,21 +115,15 @@ def open_files(pid: int) -> int:
     return sum(1 for _ in Path(f"/proc/{pid}/fd").iterdir())
 
 
-def group_java(group: int) -> int:
-    """The pid of the JVM in process group `group` (PySpark starts it as a child of the driver)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+def router_jvm(driver: int) -> int:
+    """The pid of the router's JVM: the child of its Python driver that runs java (PySpark starts it)."""
+    for pid in children(driver):
         try:
-            stat = (entry / "stat").read_text(encoding="ascii", errors="replace")
-            command = (entry / "comm").read_text(encoding="ascii", errors="replace").strip()
+            if Path(f"/proc/{pid}/comm").read_text(encoding="ascii", errors="replace").strip() == "java":
+                return pid
         except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...: comm may hold spaces, so split after its closing bracket
-        pgrp = int(stat[stat.rindex(")") + 2 :].split()[2])
-        if pgrp == group and command == "java":
-            return int(entry.name)
-    raise LookupError(f"no JVM in process group {group}")
+            continue  # ended meanwhile
+    raise LookupError(f"no JVM among the child processes of {driver}")
 
 
 _METASPACE = re.compile(r"^ Metaspace\s.*?used (\d+)K", re.MULTILINE)
@@ -153,6 +138,13 @@ def histogram_total_mb(text: str) -> float:
     return int(found.group(2)) / (1024 * 1024)
 
 
+def instances_of(text: str, class_name: str) -> int:
+    """The live instances of `class_name` in a `jcmd <pid> GC.class_histogram` (0 when none is listed)."""
+    line = re.compile(r"^\s*\d+:\s+(\d+)\s+\d+\s+" + re.escape(class_name) + r"(\s|$)", re.MULTILINE)
+    found = line.search(text)
+    return int(found.group(1)) if found else 0
+
+
 def metaspace_mb(text: str) -> float:
     """The metaspace in use, in MiB, from `jcmd <pid> GC.heap_info`."""
     found = _METASPACE.search(text)
@@ -161,7 +153,8 @@ def metaspace_mb(text: str) -> float:
     return int(found.group(1)) / 1024
 
 
-def _jcmd(pid: int, command: str) -> str:
+def jcmd(pid: int, command: str) -> str:
+    """What `jcmd <pid> <command>` prints (`GC.class_histogram` collects the heap first)."""
     done = subprocess.run(["jcmd", str(pid), command], check=True, capture_output=True, timeout=120)
     return done.stdout.decode(errors="replace")
 
@@ -173,11 +166,7 @@ def live_heap(pid: int) -> tuple[float, float]:
     which a reading of the heap's use after a collection would blur with what the running router
     allocates meanwhile.
     """
-    return histogram_total_mb(_jcmd(pid, "GC.class_histogram")), metaspace_mb(_jcmd(pid, "GC.heap_info"))
-
-
-def folder_mb(folder: Path) -> float:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / (1024 * 1024)
+    return histogram_total_mb(jcmd(pid, "GC.class_histogram")), metaspace_mb(jcmd(pid, "GC.heap_info"))
 
 
 @dataclass(frozen=True)
@@ -289,7 +278,7 @@ def sample(
 ) -> tuple[Sample, RouterFigures]:
     assert router.process is not None
     python = router.process.pid
-    java = group_java(python)
+    java = router_jvm(python)
     heap, metaspace = live_heap(java)
     figures = scrape(port)
     jvm, py = proc_status(java), proc_status(python)

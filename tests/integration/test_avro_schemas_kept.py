@@ -11,14 +11,13 @@ share one schema object.
 from __future__ import annotations
 
 import json
-import re
-import subprocess
 from datetime import datetime, timezone
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
+from bench.soak import instances_of, jcmd
 from streaming.kafka.avro import encode_message, new_message_record, schema_json
 from streaming.spark.session import session_jvm
 from streaming.spark.sources import TRAILING_BYTES, register_functions
@@ -30,13 +29,9 @@ WARM, MEASURED = 3, 20
 
 
 def live_instances(spark: SparkSession, class_name: str) -> int:
-    """Live instances of `class_name` in the session's JVM, after a full collection (jcmd)."""
+    """Live instances of `class_name` in the session's JVM, after a full collection."""
     pid = session_jvm(spark, "the heap's census needs").java.lang.ProcessHandle.current().pid()
-    census = subprocess.run(
-        ["jcmd", str(pid), "GC.class_histogram"], check=True, capture_output=True, text=True, timeout=120
-    ).stdout
-    found = re.search(r"^\s*\d+:\s+(\d+)\s+\d+\s+" + re.escape(class_name) + r"(\s|$)", census, re.MULTILINE)
-    return int(found.group(1)) if found else 0
+    return instances_of(jcmd(pid, "GC.class_histogram"), class_name)
 
 
 def test_decoding_in_many_tasks_keeps_no_schema_per_task(spark: SparkSession) -> None:

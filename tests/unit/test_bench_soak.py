@@ -13,6 +13,7 @@ from bench.soak import (
     SoakResult,
     Trend,
     histogram_total_mb,
+    instances_of,
     metaspace_mb,
     open_files,
     proc_status,
@@ -41,6 +42,12 @@ HISTOGRAM = """12316:
 9277:             1             16  sun.util.resources.cldr.provider.CLDRLocaleDataMetaInfo
 Total       2435876      197624472
 """
+
+
+def test_a_class_count_is_read_from_its_own_line() -> None:
+    assert instances_of(HISTOGRAM, "[B") == 234237
+    assert instances_of(HISTOGRAM, "[J") == 11950
+    assert instances_of(HISTOGRAM, "org.apache.avro.Schema$Field") == 0  # not listed: none live
 
 
 def test_the_live_heap_is_the_class_histograms_total() -> None:
