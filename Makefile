@@ -6,6 +6,9 @@ SHELL := /bin/bash
 BIN := .venv/bin
 # Test processes: each has its own broker and Spark driver (Spark's planning is single-threaded).
 TEST_WORKERS ?= 2
+# The tiers with brokers stop after this many failures (the workers finish the tests they hold);
+# `make test MAXFAIL=0` runs every test whatever fails.
+MAXFAIL ?= 1
 
 # The JUnit tests' cases, written by the Python reference (tests/jvm_cases.py); git-ignored.
 JVM_CASES ?= .cache/jvm-cases
@@ -37,10 +40,11 @@ test-jvm: setup ## the JUnit tests of jvm/state (no Spark): the Python reference
 		else cat $(JVM_CASES)/mvn-test.log; echo "junit: failed (log above, also in $(JVM_CASES)/mvn-test.log)" >&2; exit 1; fi
 
 test-integration: setup ## the tiers with brokers and Spark: integration, e2e and the fault tier
-	@# One session, the longest tests first (tests/conftest.py orders them), so that short tests
-	@# fill the workers' gaps at the end; --maxschedchunk 1: a worker takes the next test when it is
-	@# free (in chunks, the first worker would get every fault test). --durations names the slowest.
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk 1 --durations=20 tests/integration tests/e2e
+	@# One session (tests/conftest.py orders it): one worker starts on the two longest tests while
+	@# the other runs the short ones, then the rest longest first; --maxschedchunk 1: a worker takes
+	@# the next test when it is free (in chunks, the first worker would get every fault test).
+	@# --maxfail: a failure stops the session early. --durations names the slowest.
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk 1 --maxfail=$(MAXFAIL) --durations=20 tests/integration tests/e2e
 
 check: setup ## lint and type-check: ruff and mypy
 	$(BIN)/ruff check .

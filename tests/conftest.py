@@ -96,14 +96,25 @@ def spark(kafka_bootstrap: str) -> Iterator[SparkSession]:
 # --- order ------------------------------------------------------------------------------------------
 
 COST_ORDER = ("fault", "e2e", "integration")
-"""Markers by the minutes their tests take, longest first: `make test` runs one pytest-xdist session
-whose workers take the next test in collection order when they are free (`--maxschedchunk 1`), so
-the long ones start first and the short ones fill the gaps at the end (instead of one worker running
-a ten-minute test alone while the other has finished)."""
+"""Markers by the minutes their tests take, longest first."""
+
+LONGEST = (
+    "test_five_kills_at_random_moments_lose_nothing",
+    "test_a_to_b_through_a_forwarder_killed_twice_delivers_each_message_once_in_order",
+)
+"""The suite's two longest tests (7-9 minutes each on 2 cores), which start it."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Order the tests longest tier first (`COST_ORDER`), keeping the files' order within a tier."""
+    """Order the session so that it fails fast and its two workers finish together.
+
+    `make test` runs one pytest-xdist session whose workers take tests in this order, two at a time
+    and then the next one as each finishes (`--maxschedchunk 1`). The first worker starts on the two
+    longest tests (`LONGEST`) while the second runs the short ones, so a broken integration test
+    fails within minutes rather than after the long tiers; then the rest, longest tier first
+    (`COST_ORDER`), so that short tests are not left to fill a gap while one worker runs a ten-minute
+    test alone. Within a tier the files' order is kept.
+    """
 
     def rank(item: pytest.Item) -> int:
         return next(
@@ -111,3 +122,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         )
 
     items.sort(key=rank)
+    first = [item for name in LONGEST for item in items if item.name == name]
+    short = [item for item in items if rank(item) >= COST_ORDER.index("integration") and item not in first]
+    rest = [item for item in items if item not in first and item not in short]
+    items[:] = first + short + rest
