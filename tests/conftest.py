@@ -110,19 +110,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     `make test` runs one pytest-xdist session whose workers take tests in this order, two at a time
     and then the next one as each finishes (`--maxschedchunk 1`). The first worker starts on the two
-    longest tests (`LONGEST`) while the second runs the short ones, so a broken integration test
-    fails within minutes rather than after the long tiers; then the rest, longest tier first
-    (`COST_ORDER`), so that short tests are not left to fill a gap while one worker runs a ten-minute
-    test alone. Within a tier the files' order is kept.
+    longest tests (`LONGEST`) while the second runs the short ones (integration tier, then unmarked),
+    so a broken integration test fails within minutes rather than after the long tiers; then the
+    other long tests, fault tier before e2e (`COST_ORDER`). Within a tier the files' order is kept.
     """
+    short = COST_ORDER.index("integration")
 
-    def rank(item: pytest.Item) -> int:
-        return next(
+    def place(item: pytest.Item) -> tuple[int, int]:
+        if item.name in LONGEST:
+            return 0, LONGEST.index(item.name)
+        tier = next(
             (n for n, marker in enumerate(COST_ORDER) if item.get_closest_marker(marker)), len(COST_ORDER)
         )
+        return (1, tier) if tier >= short else (2, tier)
 
-    items.sort(key=rank)
-    first = [item for name in LONGEST for item in items if item.name == name]
-    short = [item for item in items if rank(item) >= COST_ORDER.index("integration") and item not in first]
-    rest = [item for item in items if item not in first and item not in short]
-    items[:] = first + short + rest
+    items.sort(key=place)
