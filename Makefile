@@ -60,8 +60,9 @@ bench: setup ## measure the router against the transport, a pass-through and a P
 	$(BIN)/python -m bench.run
 
 SOAK_MINUTES ?= 20
-soak: setup ## run `router run` under a steady load and sample what would grow if it leaked (bench/soak.py, SOAK_MINUTES=20)
-	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES) --out bench/SOAK.md
+SOAK_OPTIONS ?=
+soak: setup ## run `router run` under a steady load and sample what would grow if it leaked (bench/soak.py, SOAK_MINUTES=20, SOAK_OPTIONS=--native-memory)
+	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES) $(SOAK_OPTIONS) --out bench/SOAK.md
 
 clean: ## stop the broker; delete .state, checkpoints and tool caches (keeps .venv and the jars)
 	@if [ -x $(BIN)/router ]; then $(BIN)/router kafka stop || true; fi

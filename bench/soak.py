@@ -1,7 +1,7 @@
 """How `router run` holds up over a long run: its memory, threads, files and batch times, sampled.
 
 usage: python -m bench.soak [--minutes M] [--rate R] [--every S] [--warm-up-minutes W]
-                            [--bootstrap HOST:PORT] [--out FILE]
+                            [--native-memory] [--bootstrap HOST:PORT] [--out FILE]
 
 A router that runs for months must not grow. This runs `router run` as a user runs it
 (`bench.router_process.RouterProcess`, with its metrics served) under a steady load of `rate`
@@ -16,7 +16,14 @@ the state grows for that long, then holds steady. The samples:
 * the resident memory of the JVM and of the Python driver (`/proc`), their threads and open files;
 * the checkpoint's size on disk (offsets, commits, the state store's versions);
 * the batches run and their mean duration over the interval, and the input's lag (the router's
-  own metrics, `/metrics`).
+  own metrics, `/metrics`);
+* with --native-memory, what the JVM's own account of its memory (Native Memory Tracking, `jcmd
+  VM.native_memory`) says it has committed, with and without its heap: what grows in its resident
+  memory and not there is memory the JVM does not account for, as RocksDB's, the compression
+  codecs' and the C library allocator's. The router's JVM then runs with
+  `-XX:NativeMemoryTracking=summary`, given through `JDK_JAVA_OPTIONS`, which costs it some CPU; at
+  the end of the warm-up the soak takes the JVM's baseline, and the report ends with its account
+  of what grew since, by category.
 
 After the warm-up (the JIT and the first allocations), each figure's trend is fitted (least
 squares) and reported per hour, beside its first and last value. At the end, every message
@@ -91,6 +98,14 @@ class Sample:
     """Mean duration of the micro-batches run since the sample before (NaN when none ran)."""
     lag: int
     """Input records not yet read after the last micro-batch, every partition's."""
+    nmt_committed_mb: float = float("nan")
+    """The memory the JVM says it has committed (Native Memory Tracking's total, the heap
+    included); NaN when it does not track it."""
+    nmt_beside_heap_mb: float = float("nan")
+    """The same less the Java heap's: threads, classes, code, the collector's, direct buffers...;
+    NaN when not tracked. Committed pages need not all be resident, so neither figure is part
+    of `jvm_rss_mb` to subtract from it; what grows in the resident memory and in neither of
+    these is outside the JVM's account (RocksDB's, the codecs', the C library allocator's)."""
 
 
 TRENDED = tuple(f.name for f in fields(Sample) if f.name not in ("minute", "batches"))
@@ -157,6 +172,22 @@ def jcmd(pid: int, command: str) -> str:
     """What `jcmd <pid> <command>` prints (`GC.class_histogram` collects the heap first)."""
     done = subprocess.run(["jcmd", str(pid), command], check=True, capture_output=True, timeout=120)
     return done.stdout.decode(errors="replace")
+
+
+NATIVE_MEMORY_TRACKING = {"JDK_JAVA_OPTIONS": "-XX:NativeMemoryTracking=summary"}
+"""The environment that has the router's JVM track its native memory (`java` reads the variable)."""
+
+_NMT_TOTAL = re.compile(r"^Total: reserved=\d+KB[^,]*, committed=(\d+)KB", re.MULTILINE)
+_NMT_HEAP = re.compile(r"^-\s+Java Heap \(reserved=\d+KB[^,]*, committed=(\d+)KB", re.MULTILINE)
+
+
+def nmt_committed_mb(text: str) -> tuple[float, float]:
+    """(the committed total, the same less the Java heap's), in MiB, from
+    `jcmd <pid> VM.native_memory summary scale=KB`."""
+    total, heap = _NMT_TOTAL.search(text), _NMT_HEAP.search(text)
+    if total is None or heap is None:
+        raise ValueError(f"no Total or Java Heap line in VM.native_memory's output:\n{text[-2000:]}")
+    return int(total.group(1)) / 1024, (int(total.group(1)) - int(heap.group(1))) / 1024
 
 
 def live_heap(pid: int) -> tuple[float, float]:
@@ -274,7 +305,7 @@ class SteadyLoad:
 
 
 def sample(
-    router: RouterProcess, port: int, minute: float, before: RouterFigures | None
+    router: RouterProcess, port: int, minute: float, before: RouterFigures | None, native_memory: bool
 ) -> tuple[Sample, RouterFigures]:
     assert router.process is not None
     python = router.process.pid
@@ -282,6 +313,10 @@ def sample(
     heap, metaspace = live_heap(java)
     figures = scrape(port)
     jvm, py = proc_status(java), proc_status(python)
+    nan = float("nan")
+    native, beside_heap = (
+        nmt_committed_mb(jcmd(java, "VM.native_memory summary scale=KB")) if native_memory else (nan, nan)
+    )
     ran = figures.batches - (before.batches if before else 0)
     took = figures.batch_seconds - (before.batch_seconds if before else 0.0)
     return (
@@ -298,6 +333,8 @@ def sample(
             batches=figures.batches,
             batch_s=took / ran if ran else float("nan"),
             lag=figures.lag,
+            nmt_committed_mb=native,
+            nmt_beside_heap_mb=beside_heap,
         ),
         figures,
     )
@@ -315,6 +352,8 @@ class SoakPlan:
     warm_up_minutes: float = 5.0
     """Minutes left out of the trends: the JIT, the first allocations, the state growing (`KEEP_CHOICE_S`)."""
     keep_choice_s: float = KEEP_CHOICE_S
+    native_memory: bool = False
+    """Have the JVM track its native memory (`NATIVE_MEMORY_TRACKING`) and sample its account."""
 
 
 @dataclass(frozen=True)
@@ -323,6 +362,9 @@ class SoakResult:
     offered: int
     arrived: int
     samples: tuple[Sample, ...]
+    native_growth: str = ""
+    """With `native_memory`: the JVM's account of its native memory at the last sample against the
+    baseline taken at the end of the warm-up (`jcmd VM.native_memory summary.diff`); else empty."""
 
     @property
     def trends(self) -> list[Trend]:
@@ -338,8 +380,10 @@ def soak(bootstrap: str, plan: SoakPlan) -> SoakResult:
     names = destination_topics(prefix, I1, routes_for(ROUTES))
     settings = {"metrics_port": port, "keep_choice_s": plan.keep_choice_s}
     samples: list[Sample] = []
+    environment = NATIVE_MEMORY_TRACKING if plan.native_memory else None
+    baseline, growth = False, ""
     try:
-        with RouterProcess(bootstrap, prefix, folder, settings=settings) as router:
+        with RouterProcess(bootstrap, prefix, folder, environment=environment, settings=settings) as router:
             progress(f"soak: started router run on {prefix}; waiting until it routes")
             router.wait_until_routing()
             load = SteadyLoad(bootstrap, prefix, plan.rate)
@@ -352,14 +396,27 @@ def soak(bootstrap: str, plan: SoakPlan) -> SoakResult:
             figures: RouterFigures | None = None
             while (elapsed := time.monotonic() - started) < plan.minutes * 60:
                 router.ensure_running("the soak ended")
-                taken, figures = sample(router, port, elapsed / 60, figures)
+                taken, figures = sample(router, port, elapsed / 60, figures, plan.native_memory)
                 samples.append(taken)
+                native = (
+                    f"committed by its own account {taken.nmt_committed_mb:,.0f} MiB "
+                    f"({taken.nmt_beside_heap_mb:,.0f} beside the heap), "
+                    if plan.native_memory
+                    else ""
+                )
                 progress(
                     f"soak: {taken.minute:5.1f} min: heap {taken.heap_mb:,.0f} MiB, JVM RSS "
-                    f"{taken.jvm_rss_mb:,.0f} MiB, checkpoint {taken.checkpoint_mb:,.1f} MiB, "
+                    f"{taken.jvm_rss_mb:,.0f} MiB, {native}checkpoint {taken.checkpoint_mb:,.1f} MiB, "
                     f"{taken.batches:,} batches ({taken.batch_s:.3f} s each), lag {taken.lag:,}"
                 )
+                if plan.native_memory and not baseline and taken.minute >= plan.warm_up_minutes:
+                    assert router.process is not None
+                    jcmd(router_jvm(router.process.pid), "VM.native_memory baseline")
+                    baseline = True
                 time.sleep(max(0.0, started + len(samples) * plan.every_s - time.monotonic()))
+            if baseline:
+                assert router.process is not None
+                growth = jcmd(router_jvm(router.process.pid), "VM.native_memory summary.diff scale=KB")
             offered = load.stop()
             progress(f"soak: offered {offered:,} messages; waiting for the router to route them")
             # The probe `wait_until_routing` sent is in a destination too.
@@ -368,7 +425,7 @@ def soak(bootstrap: str, plan: SoakPlan) -> SoakResult:
             progress(f"soak: {router.stop().describe()}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    return SoakResult(plan, offered, arrived, tuple(samples))
+    return SoakResult(plan, offered, arrived, tuple(samples), growth)
 
 
 # --- the report ------------------------------------------------------------------------------------
@@ -381,9 +438,11 @@ def _cell(value: float | int) -> str:
 
 
 def render(result: SoakResult) -> list[str]:
-    """The report: the run, every sample, and each figure's trend after the warm-up."""
-    names = [f.name for f in fields(Sample)]
+    """The report: the run, every sample, each figure's trend after the warm-up, and with
+    `native_memory` the JVM's account of its native memory's growth."""
     plan = result.plan
+    untracked = ("nmt_committed_mb", "nmt_beside_heap_mb")
+    names = [f.name for f in fields(Sample) if plan.native_memory or f.name not in untracked]
     lines = [
         "# The router over a long run",
         "",
@@ -407,6 +466,17 @@ def render(result: SoakResult) -> list[str]:
     for t in result.trends:
         slope = "n/a" if t.per_hour != t.per_hour else f"{t.per_hour:+,.3f}"
         lines.append(f"| {t.figure} | {_cell(t.first)} | {_cell(t.last)} | {slope} |")
+    if result.native_growth:
+        lines += [
+            "",
+            "The JVM's own account of its native memory (Native Memory Tracking), at the last sample "
+            f"against the end of the first {plan.warm_up_minutes:g} minutes "
+            "(`jcmd VM.native_memory summary.diff`):",
+            "",
+            "```",
+            *result.native_growth.strip().splitlines(),
+            "```",
+        ]
     return lines
 
 
@@ -430,10 +500,17 @@ def main() -> None:
         parser.add_argument(
             option, dest=field, type=type(value), default=value, help=f"{what} (default {value:g})"
         )
+    parser.add_argument(
+        "--native-memory",
+        action="store_true",
+        help="have the router's JVM track its native memory and sample its account (costs some CPU)",
+    )
     parser.add_argument("--bootstrap", help="an existing broker (default: start an embedded one)")
     parser.add_argument("--out", type=Path, help="write the report here (default: stdout)")
     args = parser.parse_args()
-    plan = SoakPlan(**{field: getattr(args, field) for _, field, _ in OPTIONS})
+    plan = SoakPlan(
+        **{field: getattr(args, field) for _, field, _ in OPTIONS}, native_memory=args.native_memory
+    )
     with kafka(args.bootstrap) as bootstrap:
         result = soak(bootstrap, plan)
     text = "\n".join(render(result)) + "\n"

@@ -15,6 +15,7 @@ from bench.soak import (
     histogram_total_mb,
     instances_of,
     metaspace_mb,
+    nmt_committed_mb,
     open_files,
     proc_status,
     render,
@@ -60,6 +61,34 @@ def test_the_metaspace_is_its_own_line_not_the_class_spaces() -> None:
     assert metaspace_mb(HEAP_INFO) == pytest.approx(34041 / 1024)
     with pytest.raises(ValueError, match="no metaspace"):
         metaspace_mb("12316:\nCommand executed successfully\n")
+
+
+NATIVE_SUMMARY = """12316:
+
+Native Memory Tracking:
+
+(Omitting categories weighting less than 1KB)
+
+Total: reserved=7842503KB, committed=484719KB
+       malloc: 10111KB #60978
+       mmap:   reserved=7832392KB, committed=474608KB
+
+-                 Java Heap (reserved=6172672KB, committed=397312KB)
+                            (mmap: reserved=6172672KB, committed=397312KB)
+"""
+"""`jcmd <pid> VM.native_memory summary scale=KB` of a JVM started with
+`-XX:NativeMemoryTracking=summary`, as JDK 17 prints it (cut after the first category)."""
+
+
+def test_the_native_memory_is_the_committed_total_not_a_categorys() -> None:
+    assert nmt_committed_mb(NATIVE_SUMMARY) == pytest.approx(((484719 / 1024), (484719 - 397312) / 1024))
+    # A diff's lines carry the change after each figure.
+    diff = NATIVE_SUMMARY.replace("committed=484719KB", "committed=484723KB +5KB").replace(
+        "reserved=6172672KB, committed=397312KB", "reserved=6172672KB +1KB, committed=397312KB"
+    )
+    assert nmt_committed_mb(diff) == pytest.approx(((484723 / 1024), (484723 - 397312) / 1024))
+    with pytest.raises(ValueError, match="no Total or Java Heap line"):
+        nmt_committed_mb("12316:\nNative memory tracking is not enabled\n")
 
 
 def test_this_process_status_gives_its_resident_memory_and_threads() -> None:
@@ -136,3 +165,17 @@ def test_render_says_whether_every_message_arrived() -> None:
     assert "| 1.000 | 100.0 |" in text and "n/a" in text  # a sample with no batch since the last
     short = SoakResult(plan, 600, 599, samples)
     assert "**not every one**" in "\n".join(render(short))
+
+
+def test_the_native_memory_columns_and_growth_are_reported_only_when_tracked() -> None:
+    samples = (_sample(0, 100), _sample(1, 100))
+    untracked = "\n".join(render(SoakResult(SoakPlan(minutes=1.0, warm_up_minutes=0.0), 6, 6, samples)))
+    assert "nmt_committed_mb" not in untracked and "```" not in untracked
+    tracked_samples = tuple(
+        Sample(**{**s.__dict__, "nmt_committed_mb": 500.0, "nmt_beside_heap_mb": 100.0}) for s in samples
+    )
+    plan = SoakPlan(minutes=1.0, warm_up_minutes=0.0, native_memory=True)
+    text = "\n".join(render(SoakResult(plan, 6, 6, tracked_samples, NATIVE_SUMMARY)))
+    assert "| nmt_committed_mb | nmt_beside_heap_mb |" in text
+    assert "| nmt_committed_mb | 500.0 | 500.0 | +0.000 |" in text  # its trend, flat
+    assert "Total: reserved=7842503KB, committed=484719KB" in text.split("```")[1]
