@@ -1,7 +1,8 @@
 """How `router run` holds up over a long run: its memory, threads, files and batch times, sampled.
 
 usage: python -m bench.soak [--minutes M] [--rate R] [--every S] [--warm-up-minutes W]
-                            [--native-memory] [--bootstrap HOST:PORT] [--out FILE]
+                            [--native-memory] [--router-env NAME=VALUE ...]
+                            [--bootstrap HOST:PORT] [--out FILE]
 
 A router that runs for months must not grow. This runs `router run` as a user runs it
 (`bench.router_process.RouterProcess`, with its metrics served) under a steady load of `rate`
@@ -24,6 +25,9 @@ the state grows for that long, then holds steady. The samples:
   `-XX:NativeMemoryTracking=summary`, given through `JDK_JAVA_OPTIONS`, which costs it some CPU; at
   the end of the warm-up the soak takes the JVM's baseline, and the report ends with its account
   of what grew since, by category.
+
+--router-env NAME=VALUE sets a variable for the router's process alone (and its JVM), to compare
+two runs that differ in it: `MALLOC_ARENA_MAX=2`, say, which bounds the C library allocator's arenas.
 
 After the warm-up (the JIT and the first allocations), each figure's trend is fitted (least
 squares) and reported per hour, beside its first and last value. At the end, every message
@@ -354,6 +358,16 @@ class SoakPlan:
     keep_choice_s: float = KEEP_CHOICE_S
     native_memory: bool = False
     """Have the JVM track its native memory (`NATIVE_MEMORY_TRACKING`) and sample its account."""
+    router_env: tuple[tuple[str, str], ...] = ()
+    """Variables set for the router's process alone (name, value)."""
+
+    def environment(self) -> dict[str, str]:
+        """The variables the router's process runs with beside this process's own."""
+        environment = dict(NATIVE_MEMORY_TRACKING) if self.native_memory else {}
+        for name, value in self.router_env:
+            joined = (environment.get(name, ""), value) if name == "JDK_JAVA_OPTIONS" else ("", value)
+            environment[name] = " ".join(part for part in joined if part)
+        return environment
 
 
 @dataclass(frozen=True)
@@ -380,10 +394,11 @@ def soak(bootstrap: str, plan: SoakPlan) -> SoakResult:
     names = destination_topics(prefix, I1, routes_for(ROUTES))
     settings = {"metrics_port": port, "keep_choice_s": plan.keep_choice_s}
     samples: list[Sample] = []
-    environment = NATIVE_MEMORY_TRACKING if plan.native_memory else None
     baseline, growth = False, ""
     try:
-        with RouterProcess(bootstrap, prefix, folder, environment=environment, settings=settings) as router:
+        with RouterProcess(
+            bootstrap, prefix, folder, environment=plan.environment(), settings=settings
+        ) as router:
             progress(f"soak: started router run on {prefix}; waiting until it routes")
             router.wait_until_routing()
             load = SteadyLoad(bootstrap, prefix, plan.rate)
@@ -449,7 +464,8 @@ def render(result: SoakResult) -> list[str]:
         f"`router run` under {plan.rate:,} msg/s for {plan.minutes:g} minutes (`python -m bench.soak`), "
         f"every conversation new and keeping its choice for {plan.keep_choice_s:g} s (`keep_choice_s`): "
         f"{result.offered:,} messages offered, {result.arrived:,} at their destinations"
-        + (" (every one)." if result.arrived == result.offered else " (**not every one**)."),
+        + (" (every one)." if result.arrived == result.offered else " (**not every one**).")
+        + "".join(f" The router's process ran with `{name}={value}`." for name, value in plan.router_env),
         "",
         "| " + " | ".join(names) + " |",
         "|" + "---:|" * len(names),
@@ -490,6 +506,14 @@ OPTIONS = (
 """The command line's options: each sets the `SoakPlan` field it names."""
 
 
+def variable(text: str) -> tuple[str, str]:
+    """NAME=VALUE as (name, value), for --router-env."""
+    name, equals, value = text.partition("=")
+    if not equals or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE (for example MALLOC_ARENA_MAX=2)")
+    return name, value
+
+
 def main() -> None:
     default = SoakPlan()
     parser = argparse.ArgumentParser(
@@ -505,11 +529,21 @@ def main() -> None:
         action="store_true",
         help="have the router's JVM track its native memory and sample its account (costs some CPU)",
     )
+    parser.add_argument(
+        "--router-env",
+        action="append",
+        type=variable,
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a variable for the router's process alone (repeat for more), e.g. MALLOC_ARENA_MAX=2",
+    )
     parser.add_argument("--bootstrap", help="an existing broker (default: start an embedded one)")
     parser.add_argument("--out", type=Path, help="write the report here (default: stdout)")
     args = parser.parse_args()
     plan = SoakPlan(
-        **{field: getattr(args, field) for _, field, _ in OPTIONS}, native_memory=args.native_memory
+        **{field: getattr(args, field) for _, field, _ in OPTIONS},
+        native_memory=args.native_memory,
+        router_env=tuple(args.router_env),
     )
     with kafka(args.bootstrap) as bootstrap:
         result = soak(bootstrap, plan)

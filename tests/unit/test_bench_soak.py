@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 
@@ -23,6 +24,7 @@ from bench.soak import (
     rss_mb,
     slope_per_hour,
     trends,
+    variable,
 )
 
 HEAP_INFO = """12316:
@@ -179,3 +181,21 @@ def test_the_native_memory_columns_and_growth_are_reported_only_when_tracked() -
     assert "| nmt_committed_mb | nmt_beside_heap_mb |" in text
     assert "| nmt_committed_mb | 500.0 | 500.0 | +0.000 |" in text  # its trend, flat
     assert "Total: reserved=7842503KB, committed=484719KB" in text.split("```")[1]
+
+
+def test_the_router_env_is_name_equals_value_and_joins_the_native_memory_option() -> None:
+    assert variable("MALLOC_ARENA_MAX=2") == ("MALLOC_ARENA_MAX", "2")
+    assert variable("EMPTY=") == ("EMPTY", "")
+    for wrong in ("MALLOC_ARENA_MAX", "=2", "2X=1"):
+        with pytest.raises(argparse.ArgumentTypeError, match="is not NAME=VALUE"):
+            variable(wrong)
+    plan = SoakPlan(
+        native_memory=True, router_env=(("MALLOC_ARENA_MAX", "2"), ("JDK_JAVA_OPTIONS", "-Xss1m"))
+    )
+    assert plan.environment() == {
+        "JDK_JAVA_OPTIONS": "-XX:NativeMemoryTracking=summary -Xss1m",
+        "MALLOC_ARENA_MAX": "2",
+    }
+    assert SoakPlan().environment() == {}
+    text = "\n".join(render(SoakResult(SoakPlan(router_env=(("MALLOC_ARENA_MAX", "2"),)), 6, 6, ())))
+    assert "The router's process ran with `MALLOC_ARENA_MAX=2`." in text
