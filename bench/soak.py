@@ -30,7 +30,9 @@ the state grows for that long, then holds steady. The samples:
 two runs that differ in it: `MALLOC_ARENA_MAX=2`, say, which bounds the C library allocator's arenas.
 
 After the warm-up (the JIT and the first allocations), each figure's trend is fitted (least
-squares) and reported per hour, beside its first and last value. At the end, every message
+squares) and reported per hour, beside its first and last value, and fitted again over the last
+third of those samples: a figure that grew early and then levelled off has a rising slope over
+the whole run and a flat one at its end. At the end, every message
 offered must have reached its destination: the run counts them.
 
 Without --bootstrap it starts the embedded broker on a free port. The results (a Markdown report)
@@ -254,18 +256,25 @@ class Trend:
     first: float
     last: float
     per_hour: float
+    """The slope over every sample after the warm-up."""
+    last_third_per_hour: float = float("nan")
+    """The slope over the last third of those samples: whether the figure still grows at the end,
+    or grew early and levelled off (the whole run's slope cannot tell the two apart)."""
 
 
 def trends(samples: Sequence[Sample], warm_up_minutes: float) -> list[Trend]:
-    """Each `TRENDED` figure's trend over the samples taken after `warm_up_minutes`."""
+    """Each `TRENDED` figure's trend over the samples taken after `warm_up_minutes`, and over the
+    last third of them."""
     kept = [s for s in samples if s.minute >= warm_up_minutes]
+    late = kept[len(kept) - len(kept) // 3 :] if len(kept) >= 6 else []
     out = []
     for name in TRENDED:
         points = [(s.minute, float(getattr(s, name))) for s in kept]
         values = [y for _, y in points if y == y]
         if not values:
             continue
-        out.append(Trend(name, values[0], values[-1], slope_per_hour(points)))
+        late_points = [(s.minute, float(getattr(s, name))) for s in late]
+        out.append(Trend(name, values[0], values[-1], slope_per_hour(points), slope_per_hour(late_points)))
     return out
 
 
@@ -476,12 +485,12 @@ def render(result: SoakResult) -> list[str]:
         "",
         f"Trends after the first {plan.warm_up_minutes:g} minutes (least squares over those samples):",
         "",
-        "| figure | first | last | per hour |",
-        "|---|---:|---:|---:|",
+        "| figure | first | last | per hour | per hour, last third |",
+        "|---|---:|---:|---:|---:|",
     ]
     for t in result.trends:
-        slope = "n/a" if t.per_hour != t.per_hour else f"{t.per_hour:+,.3f}"
-        lines.append(f"| {t.figure} | {_cell(t.first)} | {_cell(t.last)} | {slope} |")
+        slope, late = ("n/a" if v != v else f"{v:+,.3f}" for v in (t.per_hour, t.last_third_per_hour))
+        lines.append(f"| {t.figure} | {_cell(t.first)} | {_cell(t.last)} | {slope} | {late} |")
     if result.native_growth:
         lines += [
             "",

@@ -12,7 +12,6 @@ from bench.soak import (
     Sample,
     SoakPlan,
     SoakResult,
-    Trend,
     histogram_total_mb,
     instances_of,
     metaspace_mb,
@@ -153,7 +152,8 @@ def test_trends_leave_the_warm_up_out() -> None:
     # The heap grows fast during the warm-up, then stays flat.
     samples = [_sample(0, 100), _sample(1, 200), _sample(2, 250), _sample(3, 250), _sample(4, 250)]
     heap = next(t for t in trends(samples, warm_up_minutes=2) if t.figure == "heap_mb")
-    assert heap == Trend("heap_mb", 250.0, 250.0, 0.0)
+    assert (heap.figure, heap.first, heap.last, heap.per_hour) == ("heap_mb", 250.0, 250.0, 0.0)
+    assert math.isnan(heap.last_third_per_hour)  # too few samples for a third of their own
     grown = next(t for t in trends(samples, warm_up_minutes=0) if t.figure == "heap_mb")
     assert grown.per_hour > 0
 
@@ -199,3 +199,16 @@ def test_the_router_env_is_name_equals_value_and_joins_the_native_memory_option(
     assert SoakPlan().environment() == {}
     text = "\n".join(render(SoakResult(SoakPlan(router_env=(("MALLOC_ARENA_MAX", "2"),)), 6, 6, ())))
     assert "The router's process ran with `MALLOC_ARENA_MAX=2`." in text
+
+
+def test_the_last_third_tells_a_figure_that_levelled_off_from_one_still_growing() -> None:
+    # RSS grows 10 MiB a minute for six minutes, then holds; the heap grows all along.
+    samples = [_sample(m, 100 + 2 * m) for m in range(12)]
+    samples = [Sample(**{**s.__dict__, "jvm_rss_mb": 1000.0 + 10 * min(s.minute, 6.0)}) for s in samples]
+    by_figure = {t.figure: t for t in trends(samples, warm_up_minutes=0)}
+    rss, heap = by_figure["jvm_rss_mb"], by_figure["heap_mb"]
+    assert rss.per_hour > 200 and rss.last_third_per_hour == pytest.approx(0.0)
+    assert heap.per_hour == pytest.approx(120.0) and heap.last_third_per_hour == pytest.approx(120.0)
+    text = "\n".join(render(SoakResult(SoakPlan(warm_up_minutes=0.0), 6, 6, tuple(samples))))
+    assert "| figure | first | last | per hour | per hour, last third |" in text
+    assert "| heap_mb | 100.0 | 122.0 | +120.000 | +120.000 |" in text
