@@ -61,7 +61,7 @@ bench: setup ## measure the router against the transport, a pass-through and a P
 
 SOAK_MINUTES ?= 20
 SOAK_OPTIONS ?=
-soak: setup ## run `router run` under a steady load and sample what would grow if it leaked (bench/soak.py, SOAK_MINUTES=20, SOAK_OPTIONS=--native-memory)
+soak: setup ## run `router run` under a steady load and sample what would grow if it leaked (bench/soak.py, SOAK_MINUTES=20; SOAK_OPTIONS for more, as --native-memory)
 	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES) $(SOAK_OPTIONS) --out bench/SOAK.md
 
 clean: ## stop the broker; delete .state, checkpoints and tool caches (keeps .venv and the jars)
