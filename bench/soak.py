@@ -318,11 +318,16 @@ class SteadyLoad:
 
 
 def sample(
-    router: RouterProcess, port: int, minute: float, before: RouterFigures | None, native_memory: bool
+    router: RouterProcess,
+    java: int,
+    port: int,
+    minute: float,
+    before: RouterFigures | None,
+    native_memory: bool,
 ) -> tuple[Sample, RouterFigures]:
+    """What the router (its Python driver, and `java`, its JVM) holds now."""
     assert router.process is not None
     python = router.process.pid
-    java = router_jvm(python)
     heap, metaspace = live_heap(java)
     figures = scrape(port)
     jvm, py = proc_status(java), proc_status(python)
@@ -410,6 +415,8 @@ def soak(bootstrap: str, plan: SoakPlan) -> SoakResult:
         ) as router:
             progress(f"soak: started router run on {prefix}; waiting until it routes")
             router.wait_until_routing()
+            assert router.process is not None
+            java = router_jvm(router.process.pid)
             load = SteadyLoad(bootstrap, prefix, plan.rate)
             started = time.monotonic()
             load.start()
@@ -420,7 +427,7 @@ def soak(bootstrap: str, plan: SoakPlan) -> SoakResult:
             figures: RouterFigures | None = None
             while (elapsed := time.monotonic() - started) < plan.minutes * 60:
                 router.ensure_running("the soak ended")
-                taken, figures = sample(router, port, elapsed / 60, figures, plan.native_memory)
+                taken, figures = sample(router, java, port, elapsed / 60, figures, plan.native_memory)
                 samples.append(taken)
                 native = (
                     f"committed by its own account {taken.nmt_committed_mb:,.0f} MiB "
@@ -434,13 +441,11 @@ def soak(bootstrap: str, plan: SoakPlan) -> SoakResult:
                     f"{taken.batches:,} batches ({taken.batch_s:.3f} s each), lag {taken.lag:,}"
                 )
                 if plan.native_memory and not baseline and taken.minute >= plan.warm_up_minutes:
-                    assert router.process is not None
-                    jcmd(router_jvm(router.process.pid), "VM.native_memory baseline")
+                    jcmd(java, "VM.native_memory baseline")
                     baseline = True
                 time.sleep(max(0.0, started + len(samples) * plan.every_s - time.monotonic()))
             if baseline:
-                assert router.process is not None
-                growth = jcmd(router_jvm(router.process.pid), "VM.native_memory summary.diff scale=KB")
+                growth = jcmd(java, "VM.native_memory summary.diff scale=KB")
             offered = load.stop()
             progress(f"soak: offered {offered:,} messages; waiting for the router to route them")
             # The probe `wait_until_routing` sent is in a destination too.
