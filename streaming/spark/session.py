@@ -82,6 +82,11 @@ JVM_OPTIONS = " ".join(
 RETAINED_UI = 50
 """SQL executions, jobs and stages Spark's status listeners keep (Spark's default: 1,000 each)."""
 
+JVM_OPTIONS_ENV = "ROUTER_JVM_OPTIONS"
+"""More flags for the driver's and the executors' JVMs, separated by spaces, after `JVM_OPTIONS`
+(where both give a flag, this one's holds): a collector's log, say, or the C1-only compiler the test
+suite runs with (`tests/conftest.py`). Unset: none."""
+
 CLASS_ARCHIVE_ENV = "ROUTER_CLASS_ARCHIVE"
 """`off` starts the driver without its class archive (`archive_options`)."""
 
@@ -108,6 +113,18 @@ def archive_options(record: Path | None = None) -> list[str]:
 
 
 QUIET_ARCHIVE = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
+
+
+def env_jvm_options() -> list[str]:
+    """The flags `ROUTER_JVM_OPTIONS` gives (`JVM_OPTIONS_ENV`); a word that is not a flag is refused."""
+    words = os.environ.get(JVM_OPTIONS_ENV, "").split()
+    strays = [w for w in words if not w.startswith("-")]
+    if strays:
+        raise RouterError(
+            f"{JVM_OPTIONS_ENV}: {', '.join(map(repr, strays))} is not a JVM flag; hint: give flags "
+            "separated by spaces, each starting with '-' (-XX:+PrintGCDetails, -Xss2m)"
+        )
+    return words
 """The JVM says on stdout which classes it leaves out of an archive, and when one does not fit."""
 
 
@@ -220,15 +237,21 @@ def build_session(
     driver's classpath (`local_conf`). A Spark cluster is used by passing its master URL
     (`spark://host:7077`); the jars are shipped to the executors through `spark.jars`.
     Spark's and Kafka's logs go to stderr, at ERROR, or WARN when `verbose`; no progress bars.
-    `jvm_options` are added to `JVM_OPTIONS` for the driver and the executors. The driver starts
-    from its class archive when `make setup` made one, or records one into `record_classes`
-    (`archive_options`).
+    `jvm_options`, then `ROUTER_JVM_OPTIONS`'s, are added to `JVM_OPTIONS` for the driver and the
+    executors. The driver starts from its class archive when `make setup` made one, or records one
+    into `record_classes` (`archive_options`).
     """
     master = master or os.environ.get("ROUTER_SPARK_MASTER", "local[2]")
     jars = [*spark_connector_jars(), router_state_jar()]
     level = "WARN" if verbose else "ERROR"
     java_options = " ".join(
-        [JVM_OPTIONS, *jvm_options, f"-Dlog4j2.configurationFile={LOG_CONFIG}", f"-Drouter.log.level={level}"]
+        [
+            JVM_OPTIONS,
+            *jvm_options,
+            *env_jvm_options(),
+            f"-Dlog4j2.configurationFile={LOG_CONFIG}",
+            f"-Drouter.log.level={level}",
+        ]
     )
     if verbose:
         java_options += " -Drouter.detail.log.level=WARN"
