@@ -22,7 +22,7 @@ the state grows for that long, then holds steady. The samples:
   VM.native_memory`) says it has committed, with and without its heap: what grows in its resident
   memory and not there is memory the JVM does not account for, as RocksDB's, the compression
   codecs' and the C library allocator's. The router's JVM then runs with
-  `-XX:NativeMemoryTracking=summary`, given through `JDK_JAVA_OPTIONS`, which costs it some CPU; at
+  `-XX:NativeMemoryTracking=summary`, given through `ROUTER_JVM_OPTIONS`, which costs it some CPU; at
   the end of the warm-up the soak takes the JVM's baseline, and the report ends with its account
   of what grew since, by category.
 
@@ -73,6 +73,7 @@ from bench.router_process import RouterProcess
 from streaming import topics
 from streaming.devtools.embedded_kafka import free_port
 from streaming.devtools.spark_cluster import children
+from streaming.spark.session import JVM_OPTIONS_ENV
 
 ROUTES = 10
 DRAIN_S = 120.0
@@ -180,8 +181,8 @@ def jcmd(pid: int, command: str) -> str:
     return done.stdout.decode(errors="replace")
 
 
-NATIVE_MEMORY_TRACKING = {"JDK_JAVA_OPTIONS": "-XX:NativeMemoryTracking=summary"}
-"""The environment that has the router's JVM track its native memory (`java` reads the variable)."""
+NATIVE_MEMORY_TRACKING = {JVM_OPTIONS_ENV: "-XX:NativeMemoryTracking=summary"}
+"""The environment that has the router's JVM track its native memory (`streaming.spark.session`)."""
 
 _NMT_TOTAL = re.compile(r"^Total: reserved=\d+KB[^,]*, committed=(\d+)KB", re.MULTILINE)
 _NMT_HEAP = re.compile(r"^-\s+Java Heap \(reserved=\d+KB[^,]*, committed=(\d+)KB", re.MULTILINE)
@@ -379,7 +380,7 @@ class SoakPlan:
         """The variables the router's process runs with beside this process's own."""
         environment = dict(NATIVE_MEMORY_TRACKING) if self.native_memory else {}
         for name, value in self.router_env:
-            joined = (environment.get(name, ""), value) if name == "JDK_JAVA_OPTIONS" else ("", value)
+            joined = (environment.get(name, ""), value) if name == JVM_OPTIONS_ENV else ("", value)
             environment[name] = " ".join(part for part in joined if part)
         return environment
 

@@ -190,10 +190,10 @@ def test_the_router_env_is_name_equals_value_and_joins_the_native_memory_option(
         with pytest.raises(argparse.ArgumentTypeError, match="is not NAME=VALUE"):
             variable(wrong)
     plan = SoakPlan(
-        native_memory=True, router_env=(("MALLOC_ARENA_MAX", "2"), ("JDK_JAVA_OPTIONS", "-Xss1m"))
+        native_memory=True, router_env=(("MALLOC_ARENA_MAX", "2"), ("ROUTER_JVM_OPTIONS", "-Xss1m"))
     )
     assert plan.environment() == {
-        "JDK_JAVA_OPTIONS": "-XX:NativeMemoryTracking=summary -Xss1m",
+        "ROUTER_JVM_OPTIONS": "-XX:NativeMemoryTracking=summary -Xss1m",
         "MALLOC_ARENA_MAX": "2",
     }
     assert SoakPlan().environment() == {}
