@@ -113,6 +113,7 @@ def archive_options(record: Path | None = None) -> list[str]:
 
 
 QUIET_ARCHIVE = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
+"""The JVM says on stdout which classes it leaves out of an archive, and when one does not fit."""
 
 
 def env_jvm_options() -> list[str]:
@@ -122,10 +123,9 @@ def env_jvm_options() -> list[str]:
     if strays:
         raise RouterError(
             f"{JVM_OPTIONS_ENV}: {', '.join(map(repr, strays))} is not a JVM flag; hint: give flags "
-            "separated by spaces, each starting with '-' (-XX:+PrintGCDetails, -Xss2m)"
+            "separated by spaces, each starting with '-' (-Xlog:gc, -Xss2m)"
         )
     return words
-"""The JVM says on stdout which classes it leaves out of an archive, and when one does not fit."""
 
 
 LOCAL_FILE_SYSTEM = "router.fs.LocalFileSystem"
