@@ -21,6 +21,8 @@ What it does for the service (docs/rules.md §1.8, §1.15, §1.16):
   (A2): every later message, resends included, names it;
 - gives each message the dialog's lifetime (`expires_at`, F3), and when the lifetime passes queues
   a time-out Error on each side and refuses further sends (CL1, D4);
+- gives each message it writes the same hop budget (`hops`, F3: `hops_remaining`, 16 unless
+  given; SQL Server does not document its initial value), which each forwarder lowers by one;
 - EndDialog goes after the dialog's earlier messages; an Error drops what is unacked (CL3);
   a DialogTimer is queued here and never sent (CL4);
 - forgets a dialog once both sides ended it and nothing is unacked.
@@ -82,7 +84,7 @@ from streaming.kafka.connection import Kafka, client_config, producer_config
 from streaming.kafka.consuming import TAKEOVER_SESSION_MS, take_arrived
 from streaming.observe.server import DEFAULT_HOST, Health, MetricsServer, new_registry, serve
 from streaming.observe.services import HEALTH_BOUND_S, LoopWatch, ask_kafka
-from streaming.rules.model import CURRENT_DATABASE, Database, canonical_guid
+from streaming.rules.model import CURRENT_DATABASE, DEFAULT_HOPS, MAX_HOPS, Database, canonical_guid
 from streaming.tables.reader import read_instances
 
 log = logging.getLogger("streaming.endpoint")
@@ -200,8 +202,11 @@ class Endpoint:
         metrics_port: int = 0,
         metrics_host: str = DEFAULT_HOST,
         health_bound_s: float = HEALTH_BOUND_S,
+        hops: int = DEFAULT_HOPS,
     ) -> None:
         """Connect, read the endpoint's database from the catalogs, open the store (see the class).
+
+        `hops`: the hop budget of every message it writes (F3, 0-255), acks and resends included.
 
         `metrics_port`: serve `/metrics` and `/healthz` there until `close` (0: no server);
         `health_bound_s`: how long the endpoint may go without a pump, or Kafka without answering
@@ -211,6 +216,11 @@ class Endpoint:
             raise ConfigError(
                 f"expected 0 < retry_first_s <= retry_cap_s, got {retry_first_s} and {retry_cap_s}"
             )
+        if not 0 <= hops <= MAX_HOPS:
+            raise ConfigError(
+                f"expected hops (a hop budget, F3) from 0 to {MAX_HOPS}, got {hops}: hops_remaining is a "
+                "tinyint (0: no forwarder may forward the message)"
+            )
         labels = {"instance": instance, "database": database, "service": service}
         self.watch = LoopWatch(labels, health_bound_s, clock)
         """What its pump last did: its health (`health`)."""
@@ -219,6 +229,7 @@ class Endpoint:
         self.service = service
         self.retry_first_s = retry_first_s
         self.retry_cap_s = retry_cap_s
+        self.hops = hops
         self.counts = EndpointCounts()
         self._clock = clock
         self.database = _database(kafka, prefix, instance, database, service)
@@ -540,6 +551,7 @@ class Endpoint:
             from_broker_instance=self.database.broker_instance,
             origin_database=self.database.name,
             enqueued_at=datetime.fromtimestamp(enqueued_ms / 1000, timezone.utc),
+            hops_remaining=self.hops,
             **fields,
         )
         self._write(str(fields["conversation_id"]), encode_message(record))

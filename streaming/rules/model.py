@@ -25,6 +25,9 @@ MISSING_ROUTE_MESSAGE_TYPE = (
     "http://schemas.microsoft.com/SQL/ServiceBroker/BrokerConfigurationNotice/MissingRoute"
 )
 DEFAULT_HOPS = 16
+"""A message's hop budget unless its sender gives one (F3: SQL Server does not document its own)."""
+MAX_HOPS = 255
+"""hops_remaining is a tinyint (F3)."""
 CURRENT_DATABASE = "CURRENT DATABASE"
 
 

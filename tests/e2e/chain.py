@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from streaming import topics  # noqa: E402
 from streaming.endpoint import Endpoint  # noqa: E402
 from streaming.endpoint.protocol import RETRY_CAP_S, RETRY_FIRST_S  # noqa: E402
-from streaming.rules.model import Database, Instance, Route  # noqa: E402
+from streaming.rules.model import DEFAULT_HOPS, Database, Instance, Route  # noqa: E402
 from streaming.tables.topic_io import publish_catalogs, put_route  # noqa: E402
 
 SALES = Database("Sales", "a1a1a1a1-0000-0000-0000-0000000000a1", True, ("Client",))
@@ -98,6 +98,7 @@ def client(
     *,
     retry_first_s: float = RETRY_FIRST_S,
     retry_cap_s: float = RETRY_CAP_S,
+    hops: int = DEFAULT_HOPS,
 ) -> Endpoint:
     """A's Client endpoint."""
     return Endpoint(
@@ -109,6 +110,7 @@ def client(
         prefix=prefix,
         retry_first_s=retry_first_s,
         retry_cap_s=retry_cap_s,
+        hops=hops,
     )
 
 

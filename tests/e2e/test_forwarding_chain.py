@@ -240,12 +240,14 @@ def test_two_forwarders_that_point_at_each_other_discard_the_message_and_the_sen
     """LP1, LP3, F3: the loop ends when the hops are spent; the sender gives up at the lifetime."""
     prefix, router, log = route_together(kafka_bootstrap, "loop", (A, F, G), LOOP_ROUTES, tmp_path, started)
 
-    # No resend before the lifetime passes: the one copy loops until its hops are spent.
+    # No resend before the lifetime passes: the one copy loops until its hops are spent. Three hops
+    # (A's router sends it to F, which forwards it to G, G to F and F to G, which discards it) take
+    # five micro-batches; the lifetime leaves them 12 s each on a loaded machine, so the hops run out
+    # first (16 hops, the default, would take 17 micro-batches and a lifetime three times as long).
     with client(
-        kafka_bootstrap, prefix, tmp_path / "client.db", retry_first_s=300.0, retry_cap_s=300.0
+        kafka_bootstrap, prefix, tmp_path / "client.db", retry_first_s=300.0, retry_cap_s=300.0, hops=3
     ) as sender:
-        # The lifetime leaves room for 17 micro-batches on a loaded machine: the copy's hops run out first.
-        dialog = sender.begin_dialog("Server", lifetime_s=180)
+        dialog = sender.begin_dialog("Server", lifetime_s=60)
         dialog.send(b"<lost/>")
         got: list[Received] = []
         deadline = time.monotonic() + 300

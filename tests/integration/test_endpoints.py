@@ -20,9 +20,12 @@ from streaming import topics
 from streaming.config import load_settings
 from streaming.endpoint import DialogClosed, Endpoint, Received
 from streaming.endpoint.protocol import END_DIALOG, ERROR, LIFETIME_EXPIRED_CODE, RETRY_CAP_S, RETRY_FIRST_S
-from streaming.rules.model import Database, Instance, Route
+from streaming.errors import ConfigError
+from streaming.kafka.avro import decode_message
+from streaming.rules.model import DEFAULT_HOPS, Database, Instance, Route
 from streaming.spark.job import RouterJob
 from streaming.tables.topic_io import publish_catalogs, put_route
+from tests.topic_records import records_now
 
 pytestmark = pytest.mark.integration
 
@@ -79,6 +82,7 @@ def endpoint(
     *,
     retry_first_s: float = RETRY_FIRST_S,
     retry_cap_s: float = RETRY_CAP_S,
+    hops: int = DEFAULT_HOPS,
 ) -> Endpoint:
     return Endpoint(
         kafka,
@@ -89,6 +93,7 @@ def endpoint(
         prefix=prefix,
         retry_first_s=retry_first_s,
         retry_cap_s=retry_cap_s,
+        hops=hops,
     )
 
 
@@ -265,3 +270,22 @@ def test_a_dialog_timer_fires_on_its_own_side_and_is_never_sent(
         (timer,) = receive(client, 1, timeout_s=10)
         assert timer.is_timer and timer.dialog.conversation_id == dialog.conversation_id
         assert client.counts.sent == 0
+
+
+def test_every_message_an_endpoint_writes_carries_its_hop_budget(
+    kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
+    """F3: an endpoint gives what it writes the hop budget it was given (`hops`), 16 by default;
+    a budget a tinyint cannot hold is refused before anything is written."""
+    with endpoint(kafka_bootstrap, prefix, tmp_path, "Client", hops=3) as client:
+        client.begin_dialog("Server").send(b"<three/>")
+    with endpoint(kafka_bootstrap, prefix, tmp_path, "Server") as server:
+        server.begin_dialog("Client").send(b"<default/>")
+    outbound = records_now(kafka_bootstrap, topics.outbound_topic("i1", prefix))
+    written = sorted(
+        (m["from_service"], m["hops_remaining"]) for m in map(decode_message, (r.value() for r in outbound))
+    )
+    assert written == [("Client", 3), ("Server", 16)]
+    for hops in (-1, 256):
+        with pytest.raises(ConfigError, match=f"from 0 to 255, got {hops}"):
+            endpoint(kafka_bootstrap, prefix, tmp_path / "refused", "Client", hops=hops)

@@ -21,6 +21,7 @@ from streaming.devtools.scenario.model import (
 from streaming.rules.model import (
     CURRENT_DATABASE,
     DEFAULT_HOPS,
+    MAX_HOPS,
     REMOTE,
     Instance,
     Message,
@@ -67,8 +68,6 @@ MESSAGE_FIELDS = (
     "hops_remaining", "time_to_live_s", "size_bytes",
 )  # fmt: skip
 EVENT_KINDS = ("message", "advance", "route", "ack", "mirror")
-MAX_HOPS = 255
-"""hops_remaining is a tinyint (F3)."""
 MAX_SIZE_BYTES = 2**31 - 1
 
 
