@@ -86,7 +86,7 @@ def test_a_worker_killed_with_its_executor_mid_stream_loses_nothing(
     assert written(kafka_bootstrap, names) < len(traffic.ids), "the kill was meant to interrupt the stream"
     newcomer = spark_cluster.add_worker()
     wait_for(lambda: bool(newcomer.executors()), 180, "an executor on the new worker", router, log)
-    wait_for(lambda: accounted(kafka_bootstrap, prefix, traffic), 300, "every message", router, log)
+    wait_for(accounted(kafka_bootstrap, prefix, traffic), 300, "every message", router, log)
     # The job has no Python code on the executors (no Python UDFs): they started no Python worker.
     for worker in spark_cluster.workers:
         for executor in worker.executors():

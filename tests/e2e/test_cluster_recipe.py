@@ -98,7 +98,7 @@ def test_the_readme_cluster_recipe_routes_on_two_workers(kafka_bootstrap: str, t
         start_new_session=True,
     )
     try:
-        wait_for(lambda: accounted(kafka_bootstrap, prefix, traffic), 300, "every message", shell, log)
+        wait_for(accounted(kafka_bootstrap, prefix, traffic), 300, "every message", shell, log)
         ui = re.search(r"web UI (http://127\.0\.0\.1:\d+)", log.read_text())
         assert ui, log.read_text()[-3000:]
         with urllib.request.urlopen(f"{ui.group(1)}/json/", timeout=10) as answer:
