@@ -39,9 +39,14 @@ def admin_client(kafka: Kafka) -> AdminClient:
     return AdminClient(client_config(kafka), logger=_LIBRDKAFKA_LOG)
 
 
-def cluster_metadata(kafka: Kafka, timeout: float = 10.0) -> ClusterMetadata:
-    """Return the cluster's metadata (brokers and topics), or raise KafkaUnavailable."""
-    return _listed(admin_client(kafka), kafka, timeout)
+def cluster_metadata(
+    kafka: Kafka, timeout: float = 10.0, client: AdminClient | None = None
+) -> ClusterMetadata:
+    """Return the cluster's metadata (brokers and topics), or raise KafkaUnavailable.
+
+    `client`: an `admin_client(kafka)` the caller keeps for its next questions (`end_offsets`).
+    """
+    return _listed(client if client is not None else admin_client(kafka), kafka, timeout)
 
 
 def _listed(client: AdminClient, kafka: Kafka, timeout: float) -> ClusterMetadata:

@@ -21,7 +21,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from streaming import topics
-from streaming.kafka.admin import cluster_metadata, end_offsets, ensure_topics
+from streaming.kafka.admin import admin_client, cluster_metadata, end_offsets, ensure_topics
 from streaming.kafka.avro import MalformedRecord, decode_message
 from streaming.kafka.consuming import header_pairs
 from streaming.rules.model import Instance, Route
@@ -94,9 +94,13 @@ def wait_for(
 
 
 def written(bootstrap: str, names: Iterable[str]) -> int:
-    """Records the topics hold (their end offsets); a topic not created yet holds none."""
-    found = cluster_metadata(bootstrap).topics
-    return sum(sum(end_offsets(bootstrap, name).values()) for name in names if name in found)
+    """Records the topics hold (their end offsets); a topic not created yet holds none.
+
+    One client asks for all of it: a wait polls this twice a second, and a client for each question
+    took 0.4 s and 0.08 s of CPU a call for four topics, one client 0.16 s and 0.06 s."""
+    client = admin_client(bootstrap)
+    found = cluster_metadata(bootstrap, client=client).topics
+    return sum(sum(end_offsets(bootstrap, name, client=client).values()) for name in names if name in found)
 
 
 @dataclass
@@ -133,12 +137,15 @@ class TopicsRead:
     def outcome(self, timeout_s: float = 30.0) -> Outcome:
         """Every record of the topics up to their end offsets now; fails after `timeout_s` without
         one of the records those offsets promise."""
-        found = cluster_metadata(self.bootstrap).topics  # KafkaUnavailable while it does not answer
+        client = admin_client(self.bootstrap)
+        found = cluster_metadata(
+            self.bootstrap, client=client
+        ).topics  # KafkaUnavailable while it does not answer
         ends = {
             (name, partition): end
             for name in self.names
             if name in found
-            for partition, end in end_offsets(self.bootstrap, name).items()
+            for partition, end in end_offsets(self.bootstrap, name, client=client).items()
         }
         for key in ends:
             self._next.setdefault(key, 0)
