@@ -14,7 +14,7 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,14 +93,65 @@ def wait_for(
         time.sleep(0.5)
 
 
-def written(bootstrap: str, names: Iterable[str]) -> int:
-    """Records the topics hold (their end offsets); a topic not created yet holds none.
+Partition = tuple[str, int]
+"""A topic's name and a partition's number."""
+
+
+def partition_ends(bootstrap: str, names: Iterable[str]) -> dict[Partition, int]:
+    """Each partition's end offset, of the topics of `names` that exist (a topic not created yet
+    has none); raises KafkaUnavailable while the cluster does not answer.
 
     One client asks for all of it: a wait polls this twice a second, and a client for each question
     took 0.4 s and 0.08 s of CPU a call for four topics, one client 0.16 s and 0.06 s."""
     client = admin_client(bootstrap)
     found = cluster_metadata(bootstrap, client=client).topics
-    return sum(sum(end_offsets(bootstrap, name, client=client).values()) for name in names if name in found)
+    return {
+        (name, partition): end
+        for name in names
+        if name in found
+        for partition, end in end_offsets(bootstrap, name, client=client).items()
+    }
+
+
+def written(bootstrap: str, names: Iterable[str]) -> int:
+    """Records the topics hold (their end offsets); a topic not created yet holds none."""
+    return sum(partition_ends(bootstrap, names).values())
+
+
+def read_between(
+    bootstrap: str, starts: dict[Partition, int], ends: dict[Partition, int]
+) -> Iterator[Message]:
+    """The records of each partition of `ends` from its offset in `starts` (0 if absent) up to its
+    end offset; records written after those ends are left for a later read. Fails when a 10 s wait
+    brings nothing. Each `consume` asks for no more than are left: asked for more, it waits out its
+    whole timeout."""
+    position = {key: starts.get(key, 0) for key in ends}
+
+    def left() -> int:
+        return sum(max(0, end - position[key]) for key, end in ends.items())
+
+    if left() == 0:
+        return
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}", "enable.auto.commit": False}
+    )
+    try:
+        consumer.assign(
+            [TopicPartition(name, partition, position[(name, partition)]) for name, partition in ends]
+        )
+        while (count := left()) > 0:
+            batch = consumer.consume(num_messages=min(10_000, count), timeout=10.0)
+            assert batch, f"{sorted({name for name, _ in ends})}: {count} records unread after a 10 s wait"
+            for message in batch:
+                name, partition, offset = message.topic(), message.partition(), message.offset()
+                if message.error() is not None or name is None or partition is None or offset is None:
+                    continue
+                key = (name, partition)
+                if offset < ends.get(key, 0):  # a later record waits for a later read
+                    position[key] = offset + 1
+                    yield message
+    finally:
+        consumer.close()
 
 
 @dataclass
@@ -123,68 +174,35 @@ class TopicsRead:
     """A set of topics read as they grow: each `outcome()` reads only what was written since the one
     before, so a wait that polls the outcome reads each record once. Read in full, the five-kill
     test's 200,000 records cost some 5 s of CPU, on the cores the router under test runs on, at
-    every poll once their count was reached. A topic not created yet holds none. Each call reads
-    with a consumer of its own, closed before it returns: none outlives a test that failed.
+    every poll once their count was reached. A topic not created yet holds none.
     """
 
     def __init__(self, bootstrap: str, names: Iterable[str]) -> None:
         self.bootstrap = bootstrap
         self.names = sorted(set(names))
         self.seen = Outcome(by_topic={name: Counter() for name in self.names})
-        self._next: dict[tuple[str, int], int] = {}
+        self.ids: set[str] = set()
+        """Every message id read so far, from any of the topics."""
+        self._next: dict[Partition, int] = {}
         """Per partition, the offset of the next record to read."""
 
-    def outcome(self, timeout_s: float = 30.0) -> Outcome:
-        """Every record of the topics up to their end offsets now; fails after `timeout_s` without
-        one of the records those offsets promise."""
-        client = admin_client(self.bootstrap)
-        found = cluster_metadata(
-            self.bootstrap, client=client
-        ).topics  # KafkaUnavailable while it does not answer
-        ends = {
-            (name, partition): end
-            for name in self.names
-            if name in found
-            for partition, end in end_offsets(self.bootstrap, name, client=client).items()
-        }
-        for key in ends:
-            self._next.setdefault(key, 0)
-        left = sum(max(0, end - self._next[key]) for key, end in ends.items())
-        if left == 0:
-            return self.seen
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"read-{uuid.uuid4()}",
-                "enable.auto.commit": False,
-            }
-        )
-        try:
-            consumer.assign(
-                [TopicPartition(name, partition, self._next[(name, partition)]) for name, partition in ends]
-            )
-            deadline = time.monotonic() + timeout_s
-            while left > 0:
-                assert time.monotonic() < deadline, (
-                    f"{left} records of {self.names} unread after {timeout_s} s"
-                )
-                # Asked for more than are left, `consume` waits out its whole timeout.
-                for message in consumer.consume(num_messages=min(10_000, left), timeout=1.0):
-                    if message.error() is None:
-                        self._take(message)
-                left = sum(max(0, end - self._next[key]) for key, end in ends.items())
-        finally:
-            consumer.close()
+    def outcome(self) -> Outcome:
+        """Every record of the topics up to their end offsets now."""
+        for message in read_between(self.bootstrap, self._next, partition_ends(self.bootstrap, self.names)):
+            self._take(message)
         return self.seen
 
     def _take(self, message: Message) -> None:
         name, partition, offset = message.topic(), message.partition(), message.offset()
-        assert name is not None and partition is not None and offset is not None  # a record, not an error
+        assert name is not None and partition is not None and offset is not None  # read_between's
         self._next[(name, partition)] = offset + 1
         try:
-            self.seen.by_topic[name][decode_message(message.value())["message_id"]] += 1
+            ident = decode_message(message.value())["message_id"]
         except MalformedRecord:  # not a message (a dead letter's original bytes)
             self.seen.undecodable[name].append(message.value() or b"")
+            return
+        self.seen.by_topic[name][ident] += 1
+        self.ids.add(ident)
 
 
 def read_outcome(bootstrap: str, names: Iterable[str]) -> Outcome:
@@ -201,22 +219,5 @@ def records_with_headers(bootstrap: str, topic: str) -> list[tuple[dict[str, str
 
 
 def records_now(bootstrap: str, topic: str) -> list[Message]:
-    """Every record of `topic` up to its end offsets now (none while the topic does not exist).
-
-    Each `consume` asks for no more than are left: asked for more, it waits out its whole timeout.
-    """
-    if topic not in cluster_metadata(bootstrap).topics:
-        return []
-    ends = end_offsets(bootstrap, topic)
-    total = sum(ends.values())
-    out: list[Message] = []
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}"})
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        while len(out) < total:
-            batch = consumer.consume(num_messages=min(10_000, total - len(out)), timeout=10.0)
-            assert batch, f"{topic}: read {len(out)} of {total} records before timing out"
-            out += [message for message in batch if message.error() is None]
-    finally:
-        consumer.close()
-    return out
+    """Every record of `topic` up to its end offsets now (none while the topic does not exist)."""
+    return list(read_between(bootstrap, {}, partition_ends(bootstrap, [topic])))

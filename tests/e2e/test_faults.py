@@ -230,7 +230,8 @@ def accounted(bootstrap: str, prefix: str, traffic: Traffic) -> Callable[[], boo
     reading = TopicsRead(bootstrap, final)
 
     def check() -> bool:
-        return expected <= reading.outcome().ids(*final).keys()
+        reading.outcome()
+        return expected <= reading.ids
 
     return check
 
