@@ -56,6 +56,7 @@ from types import TracebackType
 
 from streaming.errors import KafkaUnavailable
 from streaming.jars import kafka_broker_classpath
+from streaming.jvm_flags import KAFKA_JVM_OPTIONS_ENV, flags_from_env
 from streaming.kafka.admin import cluster_metadata
 from streaming.kafka.connection import KafkaConnection, jaas_config
 
@@ -66,6 +67,9 @@ DEFAULT_PORT = 19092
 KAFKA_MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL_CLASS = "kafka.tools.StorageTool"
 JVM_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true")
+JVM_OPTIONS_ENV = KAFKA_JVM_OPTIONS_ENV
+"""More flags for the broker's JVM, separated by spaces, after `JVM_OPTIONS`: the C1-only compiler
+the test suite's brokers run with (`tests/conftest.py`), say. Unset: none."""
 # The storage formatter runs for a second or two: a quick JIT and a small heap start it faster.
 FORMATTER_JVM_OPTIONS = ("-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 NODE_ID = 1
@@ -566,7 +570,8 @@ class EmbeddedKafka:
         """Write the config, format the storage once, start the java process; its pid and bootstrap."""
         self._write_config(port, controller_port)
         self._format_storage()
-        command = self._java_command(JVM_OPTIONS, KAFKA_MAIN_CLASS, str(self.server_properties))
+        jvm_options = (*JVM_OPTIONS, *flags_from_env(JVM_OPTIONS_ENV))
+        command = self._java_command(jvm_options, KAFKA_MAIN_CLASS, str(self.server_properties))
         with self.log_file.open("ab") as log:
             log.write(f"=== router: starting Kafka on {HOST}:{port} at {time.ctime()} ===\n".encode())
             log.flush()

@@ -40,6 +40,7 @@ from typing import Any
 
 from streaming.devtools.embedded_kafka import HOST, _stop_with_parent, free_port, port_is_free
 from streaming.errors import RouterError
+from streaming.jvm_flags import SPARK_JVM_OPTIONS_ENV, flags_from_env
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -141,6 +142,8 @@ class StandaloneCluster:
         return f"spark://{HOST}:{self.port}"
 
     def _environment(self, local_dirs: Path | None = None) -> dict[str, str]:
+        given = os.environ.get("SPARK_DAEMON_JAVA_OPTS", "").split()
+        daemon_flags = [*given, *flags_from_env(SPARK_JVM_OPTIONS_ENV)]
         env = {
             **os.environ,
             **driver_environment(),
@@ -151,6 +154,8 @@ class StandaloneCluster:
             # machine would both take its fixed port (6066), the second failing to.
             "SPARK_MASTER_OPTS": "-Dspark.port.maxRetries=0 -Dspark.master.rest.enabled=false",
             "SPARK_WORKER_OPTS": "-Dspark.port.maxRetries=0",
+            # Both daemons' JVMs take the flags the router's Spark JVMs do (the tests' C1 compiler).
+            "SPARK_DAEMON_JAVA_OPTS": " ".join(daemon_flags),
             # The daemons read no spark-defaults.conf meant for a driver.
             "SPARK_CONF_DIR": str(self.folder / "conf"),
         }

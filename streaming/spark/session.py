@@ -22,6 +22,7 @@ from pyspark.sql.types import AtomicType, CharType, DataType, VarcharType
 
 from streaming.errors import RouterError
 from streaming.jars import driver_class_archive, router_state_jar, spark_connector_jars
+from streaming.jvm_flags import SPARK_JVM_OPTIONS_ENV, flags_from_env
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
@@ -82,7 +83,7 @@ JVM_OPTIONS = " ".join(
 RETAINED_UI = 50
 """SQL executions, jobs and stages Spark's status listeners keep (Spark's default: 1,000 each)."""
 
-JVM_OPTIONS_ENV = "ROUTER_JVM_OPTIONS"
+JVM_OPTIONS_ENV = SPARK_JVM_OPTIONS_ENV
 """More flags for the driver's and the executors' JVMs, separated by spaces, after `JVM_OPTIONS`
 (where both give a flag, this one's holds): a collector's log, say, or the C1-only compiler the test
 suite runs with (`tests/conftest.py`). Unset: none."""
@@ -118,14 +119,7 @@ QUIET_ARCHIVE = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 
 def env_jvm_options() -> list[str]:
     """The flags `ROUTER_JVM_OPTIONS` gives (`JVM_OPTIONS_ENV`); a word that is not a flag is refused."""
-    words = os.environ.get(JVM_OPTIONS_ENV, "").split()
-    strays = [w for w in words if not w.startswith("-")]
-    if strays:
-        raise RouterError(
-            f"{JVM_OPTIONS_ENV}: {', '.join(map(repr, strays))} is not a JVM flag; hint: give flags "
-            "separated by spaces, each starting with '-' (-Xlog:gc, -Xss2m)"
-        )
-    return words
+    return flags_from_env(JVM_OPTIONS_ENV)
 
 
 LOCAL_FILE_SYSTEM = "router.fs.LocalFileSystem"

@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from streaming.devtools.embedded_kafka import EmbeddedKafka, port_is_free
+from streaming.devtools.embedded_kafka import JVM_OPTIONS, EmbeddedKafka, port_is_free
 from streaming.errors import KafkaUnavailable
+from streaming.jvm_flags import KAFKA_JVM_OPTIONS_ENV
 from streaming.kafka.admin import end_offsets, ensure_topics, topic_names
 from tests.commands import run_command
+from tests.conftest import TEST_JVM_OPTIONS
 
 pytestmark = pytest.mark.integration
 
@@ -145,11 +147,16 @@ def test_kafka_command_start_twice_status_and_stop(
     assert run_command(["kafka", "status", *state]) == 1
 
 
-def test_stop_is_clean_and_a_restart_keeps_the_data(tmp_path: Path) -> None:
+def test_stop_is_clean_and_a_restart_keeps_the_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The broker's JVM also takes the flags ROUTER_KAFKA_JVM_OPTIONS gives, after its own.
+    flags = [TEST_JVM_OPTIONS, "-Drouter.test.broker=flagged"]
+    monkeypatch.setenv(KAFKA_JVM_OPTIONS_ENV, " ".join(flags))
     broker = EmbeddedKafka(tmp_path)
     started = broker.start()
     try:
         assert not started.already_running
+        arguments = Path(f"/proc/{started.pid}/cmdline").read_bytes().decode().split("\0")
+        assert arguments[1 : 1 + len(JVM_OPTIONS) + len(flags)] == [*JVM_OPTIONS, *flags], arguments
         again = EmbeddedKafka(tmp_path).start()  # another handle on the same state dir, as the CLI has
         assert (again.already_running, again.pid, again.bootstrap) == (True, started.pid, started.bootstrap)
         ensure_topics(started.bootstrap, ["kept"])

@@ -1,4 +1,4 @@
-"""The embedded broker's pure helpers (no broker started here)."""
+"""The embedded broker's and the standalone cluster's pure helpers (no broker or cluster started here)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from pathlib import Path
 import pytest
 
 from streaming.devtools.embedded_kafka import EmbeddedKafka, new_cluster_id
+from streaming.devtools.spark_cluster import StandaloneCluster
+from streaming.errors import RouterError
+from streaming.jvm_flags import SPARK_JVM_OPTIONS_ENV
 
 
 def test_kafka_cluster_ids_never_look_like_an_option() -> None:
@@ -66,3 +69,21 @@ def test_each_broker_of_a_cluster_of_three_replicates_the_internal_topics_thrice
         assert written["default.replication.factor"] == "3" and written["min.insync.replicas"] == "2"
     with pytest.raises(ValueError, match="at least 1 broker"):
         EmbeddedKafka(tmp_path / "none", brokers=0)
+
+
+def test_a_standalone_cluster_s_daemons_take_the_spark_jvms_flags_after_the_environment_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`SPARK_DAEMON_JAVA_OPTS` (the master's and workers' JVM flags): any the environment gives,
+    then those of `ROUTER_JVM_OPTIONS`; a word that is not a flag is refused before any start."""
+    monkeypatch.setenv("SPARK_DAEMON_JAVA_OPTS", "-Dfrom.environment=1")
+    monkeypatch.setenv(SPARK_JVM_OPTIONS_ENV, "-XX:TieredStopAtLevel=1  -Xss2m")
+    cluster = StandaloneCluster(tmp_path)
+    flags = cluster._environment()["SPARK_DAEMON_JAVA_OPTS"]
+    assert flags == "-Dfrom.environment=1 -XX:TieredStopAtLevel=1 -Xss2m"
+    monkeypatch.delenv("SPARK_DAEMON_JAVA_OPTS")
+    monkeypatch.delenv(SPARK_JVM_OPTIONS_ENV)
+    assert cluster._environment()["SPARK_DAEMON_JAVA_OPTS"] == ""
+    monkeypatch.setenv(SPARK_JVM_OPTIONS_ENV, "TieredStopAtLevel=1")
+    with pytest.raises(RouterError, match="not a JVM flag"):
+        cluster._environment()
