@@ -1,33 +1,62 @@
-"""Every record a topic holds now: what a test reads back after a job or a tool has written."""
+"""Every record a topic holds now: what a test reads back after a job or a tool has written.
+
+`read_between` is the one read loop of the tests (the e2e tier's `processes` reads with it too).
+"""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from streaming.kafka.admin import end_offsets
 
+Partition = tuple[str, int]
+"""A topic's name and a partition's number."""
+
 
 def records_now(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[Message]:
     """The records of `topic` up to its end offsets of now, each partition from its first.
 
-    A wait of `timeout_s` with nothing more arriving fails the test, naming how far it read.
+    A wait of `timeout_s` with nothing more arriving fails the test, naming how many were left.
     """
-    ends = end_offsets(bootstrap, topic)
-    total = sum(ends.values())
-    out: list[Message] = []
-    if total == 0:
-        return out
+    ends = {(topic, partition): end for partition, end in end_offsets(bootstrap, topic).items()}
+    return list(read_between(bootstrap, {}, ends, timeout_s))
+
+
+def read_between(
+    bootstrap: str, starts: dict[Partition, int], ends: dict[Partition, int], timeout_s: float = 10.0
+) -> Iterator[Message]:
+    """The records of each partition of `ends` from its offset in `starts` (0 if absent) up to its
+    end offset; records written after those ends are left for a later read. Fails when a wait of
+    `timeout_s` brings nothing. Each `consume` asks for no more than are left: asked for more, it
+    waits out its whole timeout."""
+    position = {key: starts.get(key, 0) for key in ends}
+
+    def left() -> int:
+        return sum(max(0, end - position[key]) for key, end in ends.items())
+
+    if left() == 0:
+        return
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4()}", "enable.auto.commit": False}
+        {"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}", "enable.auto.commit": False}
     )
     try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        while len(out) < total:
-            batch = consumer.consume(min(10_000, total - len(out)), timeout=timeout_s)
-            assert batch, f"{topic}: read {len(out)} of {total} records before timing out"
-            out += [record for record in batch if record.error() is None]
+        consumer.assign(
+            [TopicPartition(name, partition, position[(name, partition)]) for name, partition in ends]
+        )
+        while (count := left()) > 0:
+            batch = consumer.consume(num_messages=min(10_000, count), timeout=timeout_s)
+            names = sorted({name for name, _ in ends})
+            assert batch, f"{names}: {count} records unread after a {timeout_s:g} s wait"
+            for message in batch:
+                name, partition, offset = message.topic(), message.partition(), message.offset()
+                if message.error() is not None or name is None or partition is None or offset is None:
+                    continue
+                key = (name, partition)
+                if offset < ends.get(key, 0):  # a later record waits for a later read
+                    position[key] = offset + 1
+                    yield message
     finally:
         consumer.close()
-    return out

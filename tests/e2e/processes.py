@@ -14,11 +14,11 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Message
 
 from streaming import topics
 from streaming.kafka.admin import admin_client, cluster_metadata, end_offsets, ensure_topics
@@ -26,6 +26,7 @@ from streaming.kafka.avro import MalformedRecord, decode_message
 from streaming.kafka.consuming import header_pairs
 from streaming.rules.model import Instance, Route
 from streaming.tables.topic_io import publish_catalogs, put_route
+from tests.topic_records import Partition, read_between
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,9 +94,6 @@ def wait_for(
         time.sleep(0.5)
 
 
-Partition = tuple[str, int]
-"""A topic's name and a partition's number."""
-
 
 def partition_ends(bootstrap: str, names: Iterable[str]) -> dict[Partition, int]:
     """Each partition's end offset, of the topics of `names` that exist (a topic not created yet
@@ -116,42 +114,6 @@ def partition_ends(bootstrap: str, names: Iterable[str]) -> dict[Partition, int]
 def written(bootstrap: str, names: Iterable[str]) -> int:
     """Records the topics hold (their end offsets); a topic not created yet holds none."""
     return sum(partition_ends(bootstrap, names).values())
-
-
-def read_between(
-    bootstrap: str, starts: dict[Partition, int], ends: dict[Partition, int]
-) -> Iterator[Message]:
-    """The records of each partition of `ends` from its offset in `starts` (0 if absent) up to its
-    end offset; records written after those ends are left for a later read. Fails when a 10 s wait
-    brings nothing. Each `consume` asks for no more than are left: asked for more, it waits out its
-    whole timeout."""
-    position = {key: starts.get(key, 0) for key in ends}
-
-    def left() -> int:
-        return sum(max(0, end - position[key]) for key, end in ends.items())
-
-    if left() == 0:
-        return
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}", "enable.auto.commit": False}
-    )
-    try:
-        consumer.assign(
-            [TopicPartition(name, partition, position[(name, partition)]) for name, partition in ends]
-        )
-        while (count := left()) > 0:
-            batch = consumer.consume(num_messages=min(10_000, count), timeout=10.0)
-            assert batch, f"{sorted({name for name, _ in ends})}: {count} records unread after a 10 s wait"
-            for message in batch:
-                name, partition, offset = message.topic(), message.partition(), message.offset()
-                if message.error() is not None or name is None or partition is None or offset is None:
-                    continue
-                key = (name, partition)
-                if offset < ends.get(key, 0):  # a later record waits for a later read
-                    position[key] = offset + 1
-                    yield message
-    finally:
-        consumer.close()
 
 
 @dataclass
