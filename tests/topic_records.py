@@ -46,9 +46,9 @@ def read_between(
         consumer.assign(
             [TopicPartition(name, partition, position[(name, partition)]) for name, partition in ends]
         )
+        names = sorted({name for name, _ in ends})
         while (count := left()) > 0:
             batch = consumer.consume(num_messages=min(10_000, count), timeout=timeout_s)
-            names = sorted({name for name, _ in ends})
             assert batch, f"{names}: {count} records unread after a {timeout_s:g} s wait"
             for message in batch:
                 name, partition, offset = message.topic(), message.partition(), message.offset()

@@ -94,7 +94,6 @@ def wait_for(
         time.sleep(0.5)
 
 
-
 def partition_ends(bootstrap: str, names: Iterable[str]) -> dict[Partition, int]:
     """Each partition's end offset, of the topics of `names` that exist (a topic not created yet
     has none); raises KafkaUnavailable while the cluster does not answer.
