@@ -5,7 +5,8 @@ Sources (the Spark Kafka connector), for each instance the query routes: its out
 other instances; origin = remote, whatever the record claims), limited per micro-batch by
 `max_offsets_per_trigger`; its delayed and choices topics, which the micro-batches write and the
 query reads back into the conversation memory; and Spark's rate source as a one-row-per-second
-tick, so that a micro-batch runs, and delayed messages fall due, even when no traffic arrives.
+tick (`router.spark.TickSource`: one a second, or at the pace the job sets), so that a micro-batch
+runs, and delayed messages fall due, even when no traffic arrives.
 
 Every record is decoded with `from_avro` into the few columns the rules read (`MESSAGE_COLUMNS`);
 the record itself travels on as its original bytes (`value`), so the state processor and the
@@ -149,7 +150,7 @@ def input_stream(
     messages = _kafka(
         spark, settings, [*t.outbound, *t.inbound], limit=True, starting=starting.get("messages")
     )
-    tick = _tick(spark).where(F.lit(False))  # it only makes micro-batches run
+    tick = _tick(spark, tick_name(t)).where(F.lit(False))  # it only makes micro-batches run
     decoding = Decoding.of(t)  # the same columns for the messages and the delayed records
     decoded = decode(messages.unionByName(tick), decoding)
     rows = as_messages(decoded)
@@ -231,10 +232,19 @@ def _kafka(
     return reader.load().select(*columns)
 
 
-def _tick(spark: SparkSession) -> DataFrame:
+TICK_SOURCE = "router.spark.TickSource"
+"""The tick's source: a row a second, or at the pace set for its name (`router.spark.TickSource.pace`)."""
+
+
+def tick_name(t: Topology) -> str:
+    """The name by which the job sets the pace of its query's tick: the query's own name."""
+    return f"router-{t.name}"
+
+
+def _tick(spark: SparkSession, name: str) -> DataFrame:
     return (
-        spark.readStream.format("rate")
-        .option("rowsPerSecond", 1)
+        spark.readStream.format(TICK_SOURCE)
+        .option("name", name)
         .load()
         .select(
             F.lit(None).cast("string").alias("topic"),

@@ -121,15 +121,21 @@ def job(spark: SparkSession, bootstrap: str, prefix: str, folder: Path, **settin
     )
 
 
+def replayed(spark: SparkSession, bootstrap: str, prefix: str, folder: Path) -> RouterJob:
+    """A replay, in 2 state partitions, of what `prefix`'s topics hold, with its checkpoint at `folder`."""
+    routed = job(spark, bootstrap, prefix, folder, shuffle_partitions=2)
+    routed.replay(timeout_s=300)
+    routed.close()
+    return routed
+
+
 def test_a_checkpoint_refuses_other_state_partitions_and_resumes_with_its_own(
     spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path, partitions: Callable[[int], None]
 ) -> None:
     outbound = topics.outbound_topic("i1", prefix)
     produce(kafka_bootstrap, outbound, [(f"c{n}", message(f"c{n}", "Audit")) for n in range(20)])
     partitions(2)
-    first = job(spark, kafka_bootstrap, prefix, tmp_path / "ckpt", shuffle_partitions=2)
-    first.replay(timeout_s=300)
-    first.close()
+    replayed(spark, kafka_bootstrap, prefix, tmp_path / "ckpt")
     query = tmp_path / "ckpt" / "query"
     # What the checks rely on, in the checkpoint Spark wrote: the offset log's conf, the state's
     # metadata and one state folder per partition.
@@ -158,10 +164,7 @@ def test_a_checkpoint_refuses_other_state_partitions_and_resumes_with_its_own(
 
     partitions(2)
     produce(kafka_bootstrap, outbound, [("c99", message("c99", "Audit"))])
-    again = job(spark, kafka_bootstrap, prefix, tmp_path / "ckpt", shuffle_partitions=2)
-    again.replay(timeout_s=300)
-    again.close()
-    assert again.routed == 1
+    assert replayed(spark, kafka_bootstrap, prefix, tmp_path / "ckpt").routed == 1
     delivered = message_ids(kafka_bootstrap, topics.queue_topic("i1", "AW", "Audit", prefix))
     assert len(delivered) == 21 and set(delivered.values()) == {1}
 
@@ -179,10 +182,7 @@ def with_every_kind_of_state(spark: SparkSession, bootstrap: str, prefix: str, f
     values = [(f"o{n}", message(f"o{n}", "OrderParts")) for n in range(30)]
     values += [(f"r{n % 5}", message(f"r{n % 5}", "Remote", n // 5)) for n in range(7)]
     produce(bootstrap, topics.outbound_topic("i1", prefix), values)
-    routed = job(spark, bootstrap, prefix, folder, shuffle_partitions=2)
-    routed.replay(timeout_s=300)
-    routed.close()
-    return routed
+    return replayed(spark, bootstrap, prefix, folder)
 
 
 def show(*args: str) -> subprocess.CompletedProcess[str]:
@@ -293,3 +293,31 @@ def test_a_checkpoint_that_still_holds_delayed_messages_is_not_started_after(
         new.replay(timeout_s=300)
     new.close()
     assert not logged_batches(tmp_path / "new" / "query" / "offsets")
+
+
+def test_a_checkpoint_whose_tick_was_spark_s_rate_source_resumes(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path, partitions: Callable[[int], None]
+) -> None:
+    """The tick was Spark's rate source before `router.spark.TickSource`: its offsets were the
+    seconds since it started, its start time kept in the checkpoint. Such a checkpoint resumes."""
+    outbound = topics.outbound_topic("i1", prefix)
+    produce(kafka_bootstrap, outbound, [(f"c{n}", message(f"c{n}", "Audit")) for n in range(3)])
+    partitions(2)
+    replayed(spark, kafka_bootstrap, prefix, tmp_path / "ckpt")
+    query = tmp_path / "ckpt" / "query"
+    for batch in logged_batches(query / "offsets"):
+        path = query / "offsets" / str(batch)
+        lines = path.read_text(encoding="utf-8").split("\n")
+        ticks = [i for i, line in enumerate(lines) if i >= 2 and line.isdigit()]
+        assert len(ticks) == 1, lines  # the tick's offset: a number, as the rate source's was
+        lines[ticks[0]] = str(batch + 1)  # seconds since the rate source started
+        path.write_text("\n".join(lines), encoding="utf-8")
+        (query / "offsets" / f".{batch}.crc").unlink()
+    started = query / "sources" / "1" / "0"
+    started.parent.mkdir(parents=True, exist_ok=True)
+    started.write_text("v1\n1796014346500", encoding="utf-8")  # the rate source's start, as it kept it
+
+    produce(kafka_bootstrap, outbound, [("c9", message("c9", "Audit"))])
+    assert replayed(spark, kafka_bootstrap, prefix, tmp_path / "ckpt").routed == 1
+    delivered = message_ids(kafka_bootstrap, topics.queue_topic("i1", "AW", "Audit", prefix))
+    assert delivered == Counter({"c0:0": 1, "c1:0": 1, "c2:0": 1, "c9:0": 1})
