@@ -126,9 +126,9 @@ class Settings:
     def health_bound_s(self) -> float:
         """`health_stale_s`, or 30 s (ten triggers when that is longer).
 
-        The tick runs a micro-batch every trigger even with no traffic, and a full batch of 200,000
-        records takes a few seconds: 30 s is far from both, and short enough that a broker away or
-        a query stuck shows within half a minute.
+        An idle router's tick runs a micro-batch at least every third of it (`streaming.spark.tick`),
+        and a full batch of 200,000 records takes a few seconds: 30 s is far from both, and short
+        enough that a broker away or a query stuck shows within half a minute.
         """
         if self.health_stale_s is not None:
             return self.health_stale_s

@@ -78,9 +78,11 @@ from streaming.spark.output import Destinations
 from streaming.spark.progress import BatchReport, RunTotals, lag, partition_lag, source_offsets
 from streaming.spark.requests import OutstandingRequests
 from streaming.spark.rotation import RotationStore
+from streaming.spark.session import session_jvm
 from streaming.spark.snapshot import RouteSnapshots
-from streaming.spark.sources import input_stream, write_options
+from streaming.spark.sources import input_stream, tick_name, write_options
 from streaming.spark.state import held_counts, held_figures, read_state, state_counts
+from streaming.spark.tick import TickPace, idle_pace_s
 from streaming.tables.reader import read_instances
 from streaming.topology import Topology
 
@@ -170,6 +172,15 @@ class RouterJob:
             spark, settings, t, lambda names: create_destination_topics(kafka, names, replication=replicas)
         )
         self.requests = OutstandingRequests(settings, t)
+        self._tick = tick_name(t)
+        self._ticks = session_jvm(spark, "the query's tick needs").router.spark.TickSource
+        self._pace = TickPace(
+            t.retry_s,
+            settings.trigger_seconds,
+            idle_pace_s(settings.trigger_seconds, settings.health_bound_s),
+            lambda pace_s: self._ticks.pace(self._tick, round(pace_s * 1000)),
+        )
+        self._paced = False
         self.totals = RunTotals()
         self._reports: dict[int, BatchReport] = {}
         self._plan: BatchPlan | None = None
@@ -269,6 +280,12 @@ class RouterJob:
         # state processor's timers would make Spark add a batch without data after each one.
         self.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
         interval = "0 seconds" if bounded else f"{self.settings.trigger_seconds} seconds"
+        # A bounded run's tick keeps one second; a run's slows once nothing can fall due (TickPace).
+        self._paced = not bounded
+        self._ticks.forget(self._tick)
+        if self._paced:
+            self._pace.pace_s = None  # forgotten in the JVM: set again
+            self._pace.started(time.monotonic())
         # The query is not kept on the job. Its callback, this job's `process_batch`, is held by
         # py4j for as long as the JVM holds the query, and the JVM holds it for as long as Python
         # does: a job that kept its query would keep itself, its route snapshots and the JVM
@@ -286,7 +303,7 @@ class RouterJob:
         return (
             stream.writeStream.foreachBatch(self.process_batch)
             .option("checkpointLocation", str(self.checkpoint))
-            .queryName(f"router-{self.topology.name}")
+            .queryName(self._tick)
             .trigger(processingTime=interval)
             .start()
         )
@@ -663,6 +680,7 @@ class RouterJob:
         with self._outage.closing():
             self.snapshots.close()
             self.requests.close()
+        self._ticks.forget(self._tick)
         self.progress_groups.close()
         self._admin = None
         if self._outage.one_broker == self._brokers.refused_line:
@@ -725,6 +743,9 @@ class RouterJob:
         )
         self.requests.asked(metrics.requests, now_ms)
         self._warn_unavailable(metrics)
+        if self._paced:
+            busy = metrics.records > 0 or metrics.routed > 0 or metrics.released > 0
+            self._pace.after_batch(time.monotonic(), busy, bool(self.requests.pending))
         seconds, finished = time.monotonic() - started, time.time()
         self.totals.add(metrics)
         if self.metrics is not None:

@@ -956,3 +956,63 @@ def test_a_forwarder_discards_a_message_whose_lifetime_has_run_out(
         "expired": ("discarded", "lifetime_expired"),
         "no-time-left": ("discarded", "lifetime_expired"),
     }
+
+
+def test_a_running_router_ticks_every_second_while_a_message_waits_and_slows_once_none_can(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
+    """D2 with the tick's pace (`streaming.spark.tick`): while a conversation waits, its retries
+    come every retry_s; once it has left and retry_s and a margin have passed, the idle router
+    runs a micro-batch only every idle pace (here a third of health_stale_s, 3 s), not every second.
+    """
+    i1 = replace(I1, retry_s=2.0)
+    publish_catalogs(kafka_bootstrap, [i1, I2], topics.catalogs_topic(prefix))
+    job = router_job(spark, kafka_bootstrap, prefix, tmp_path, trigger_seconds=0.5, health_stale_s=9.0)
+    reports: list[tuple[float, BatchReport]] = []
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            job.run(stop, on_batch=lambda report: reports.append((time.monotonic(), report)))
+        except BaseException as error:  # reported by the test below
+            failures.append(error)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    delayed_topic, inbound = topics.delayed_topic("i1", prefix), topics.inbound_topic("i2", prefix)
+    ensure_topics(kafka_bootstrap, [inbound])
+
+    def wait_for(what: str, done: Callable[[], bool], within_s: float) -> float:
+        deadline = time.monotonic() + within_s
+        while not done():
+            assert not failures and time.monotonic() < deadline, f"{what}: not within {within_s} s"
+            time.sleep(0.2)
+        return time.monotonic()
+
+    def ids(topic: str) -> list[str]:
+        return [decode_message(v)["message_id"] for _, v in read_all(kafka_bootstrap, topic)]
+
+    try:
+        produce(kafka_bootstrap, topics.outbound_topic("i1", prefix), [("c1", message("c1", "Later"))])
+        # No route: delayed, and retried (delayed again) every 2 s while it waits.
+        wait_for("c1:0 delayed three times", lambda: ids(delayed_topic).count("c1:0") >= 3, 120)
+        put_route(
+            kafka_bootstrap,
+            "i1",
+            Route("AW", "LaterRoute", "TCP://i2:4022", service="Later"),
+            topics.routes_topic(prefix),
+        )
+        sent = wait_for("c1:0 sent once a route exists", lambda: ids(inbound) == ["c1:0"], 60)
+        # From retry_s and the margin (2 x (trigger + 1 s)) after its last busy batch, the idle pace.
+        quiet = sent + 2.0 + 3.0 + 1.0
+        wait_for("the idle window", lambda: time.monotonic() > quiet + 9.0, 30)
+    finally:
+        stop.set()
+        thread.join(120)
+        job.close()
+    assert failures == []
+    idle = [at for at, report in reports if quiet <= at < quiet + 9.0]
+    assert all(report.metrics.records == 0 for at, report in reports if at >= quiet)
+    # A tick a second ran about nine batches in those 9 s; at the 3 s pace, at most four.
+    assert 1 <= len(idle) <= 4, [round(at - quiet, 2) for at in idle]
