@@ -281,6 +281,7 @@ class RouterJob:
         self.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
         interval = "0 seconds" if bounded else f"{self.settings.trigger_seconds} seconds"
         # A bounded run's tick keeps one second; a run's slows once nothing can fall due (TickPace).
+        # The pace a query of this name was given before is forgotten.
         self._paced = not bounded
         self._ticks.forget(self._tick)
         if self._paced:
@@ -680,7 +681,6 @@ class RouterJob:
         with self._outage.closing():
             self.snapshots.close()
             self.requests.close()
-        self._ticks.forget(self._tick)
         self.progress_groups.close()
         self._admin = None
         if self._outage.one_broker == self._brokers.refused_line:

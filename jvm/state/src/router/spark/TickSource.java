@@ -41,10 +41,12 @@ public final class TickSource implements TableProvider {
   /** The one-second pace Spark's rate source had at one row a second. */
   public static final long DEFAULT_PACE_MS = 1000L;
 
-  static final StructType SCHEMA =
-      new StructType()
-          .add("timestamp", DataTypes.TimestampType, false)
-          .add("value", DataTypes.LongType, false);
+  /** The rows' schema, as the rate source's: built when asked, so the pace needs no Spark classes. */
+  static StructType schema() {
+    return new StructType()
+        .add("timestamp", DataTypes.TimestampType, false)
+        .add("value", DataTypes.LongType, false);
+  }
 
   private static final Map<String, Long> PACES = new ConcurrentHashMap<>();
 
@@ -68,7 +70,7 @@ public final class TickSource implements TableProvider {
 
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
-    return SCHEMA;
+    return TickSource.schema();
   }
 
   @Override
@@ -77,12 +79,14 @@ public final class TickSource implements TableProvider {
     return new TickTable(name);
   }
 
-  /** The milliseconds of the latest tick due at {@code now}: a new one once {@code pace} passed. */
-  static long latest(long previous, long now, long pace) {
-    if (previous > 0 && now - previous < pace) {
-      return previous;
-    }
-    return Math.max(previous + 1, now);
+  /** Whether a new tick is due, {@code elapsedNanos} after the last one (none yet: negative). */
+  static boolean due(long elapsedNanos, long paceMs) {
+    return elapsedNanos < 0 || elapsedNanos >= paceMs * 1_000_000L;
+  }
+
+  /** A new tick's offset: the wall clock's millisecond, or one more than the last if that is later. */
+  static long next(long previous, long nowMs) {
+    return Math.max(previous + 1, nowMs);
   }
 
   private static final class TickTable implements Table, SupportsRead {
@@ -100,7 +104,7 @@ public final class TickSource implements TableProvider {
     @Override
     @SuppressWarnings("deprecation")
     public StructType schema() {
-      return SCHEMA;
+      return TickSource.schema();
     }
 
     @Override
@@ -114,7 +118,7 @@ public final class TickSource implements TableProvider {
           new Scan() {
             @Override
             public StructType readSchema() {
-              return SCHEMA;
+              return TickSource.schema();
             }
 
             @Override
@@ -141,6 +145,9 @@ public final class TickSource implements TableProvider {
   private static final class Stream implements MicroBatchStream {
     private final String name;
     private long last;
+    /** When the last tick came, by the monotonic clock (its pace is not upset by the wall clock's steps). */
+    private long lastAtNanos;
+    private boolean ticked;
 
     Stream(String name) {
       this.name = name;
@@ -148,7 +155,12 @@ public final class TickSource implements TableProvider {
 
     @Override
     public synchronized Offset latestOffset() {
-      last = latest(last, System.currentTimeMillis(), paceOf(name));
+      long now = System.nanoTime();
+      if (due(ticked ? now - lastAtNanos : -1L, paceOf(name))) {
+        last = next(last, System.currentTimeMillis());
+        lastAtNanos = now;
+        ticked = true;
+      }
       return new TickOffset(last);
     }
 
