@@ -568,9 +568,9 @@ class EmbeddedKafka:
 
     def _launch(self, port: int, controller_port: int, detach: bool) -> tuple[int, str]:
         """Write the config, format the storage once, start the java process; its pid and bootstrap."""
+        jvm_options = (*JVM_OPTIONS, *flags_from_env(JVM_OPTIONS_ENV))  # refused before anything is written
         self._write_config(port, controller_port)
         self._format_storage()
-        jvm_options = (*JVM_OPTIONS, *flags_from_env(JVM_OPTIONS_ENV))
         command = self._java_command(jvm_options, KAFKA_MAIN_CLASS, str(self.server_properties))
         with self.log_file.open("ab") as log:
             log.write(f"=== router: starting Kafka on {HOST}:{port} at {time.ctime()} ===\n".encode())

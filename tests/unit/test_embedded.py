@@ -9,7 +9,7 @@ import pytest
 from streaming.devtools.embedded_kafka import EmbeddedKafka, new_cluster_id
 from streaming.devtools.spark_cluster import StandaloneCluster
 from streaming.errors import RouterError
-from streaming.jvm_flags import SPARK_JVM_OPTIONS_ENV
+from streaming.jvm_flags import KAFKA_JVM_OPTIONS_ENV, SPARK_JVM_OPTIONS_ENV
 
 
 def test_kafka_cluster_ids_never_look_like_an_option() -> None:
@@ -87,3 +87,15 @@ def test_a_standalone_cluster_s_daemons_take_the_spark_jvms_flags_after_the_envi
     monkeypatch.setenv(SPARK_JVM_OPTIONS_ENV, "TieredStopAtLevel=1")
     with pytest.raises(RouterError, match="not a JVM flag"):
         cluster._environment()
+
+
+def test_a_broker_flag_that_is_not_one_is_refused_before_the_storage_is_formatted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ROUTER_KAFKA_JVM_OPTIONS` is read first: a bad word stops the start with nothing written."""
+    monkeypatch.setenv(KAFKA_JVM_OPTIONS_ENV, "-Xss2m gc.log")
+    broker = EmbeddedKafka(tmp_path / "kafka")
+    with pytest.raises(RouterError, match=r"'gc\.log' is not a JVM flag"):
+        broker.start(detach=False)
+    assert not (broker.data_dir / "meta.properties").exists()
+    assert not broker.server_properties.exists()
