@@ -6,23 +6,45 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from streaming.kafka.admin import end_offsets
+from streaming.kafka.admin import admin_client, cluster_metadata, end_offsets
 
 Partition = tuple[str, int]
 """A topic's name and a partition's number."""
 
 
-def records_now(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[Message]:
+def records_now(
+    bootstrap: str, topic: str, timeout_s: float = 10.0, *, missing_ok: bool = False
+) -> list[Message]:
     """The records of `topic` up to its end offsets of now, each partition from its first.
 
-    A wait of `timeout_s` with nothing more arriving fails the test, naming how many were left.
+    A wait of `timeout_s` with nothing more arriving fails the test, naming how many were left. A
+    topic that does not exist fails it too, or, with `missing_ok`, holds no records (yet).
     """
-    ends = {(topic, partition): end for partition, end in end_offsets(bootstrap, topic).items()}
+    if missing_ok:
+        ends = partition_ends(bootstrap, [topic])
+    else:
+        ends = {(topic, partition): end for partition, end in end_offsets(bootstrap, topic).items()}
     return list(read_between(bootstrap, {}, ends, timeout_s))
+
+
+def partition_ends(bootstrap: str, names: Iterable[str]) -> dict[Partition, int]:
+    """Each partition's end offset, of the topics of `names` that exist (a topic not created yet
+    has none); raises KafkaUnavailable while the cluster does not answer.
+
+    One client asks for all of it: a wait polls this twice a second, and a client for each question
+    took 0.4 s and 0.08 s of CPU a call for four topics, one client 0.16 s and 0.06 s."""
+    client = admin_client(bootstrap)
+    found = cluster_metadata(bootstrap, client=client).topics
+    return {
+        (name, partition): end
+        for name in names
+        if name in found
+        for partition, end in end_offsets(bootstrap, name, client=client).items()
+    }
 
 
 def read_between(
