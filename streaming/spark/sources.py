@@ -4,9 +4,9 @@ Sources (the Spark Kafka connector), for each instance the query routes: its out
 (messages its own services send; origin = the sending database) and inbound topic (messages from
 other instances; origin = remote, whatever the record claims), limited per micro-batch by
 `max_offsets_per_trigger`; its delayed and choices topics, which the micro-batches write and the
-query reads back into the conversation memory; and Spark's rate source as a one-row-per-second
-tick (`router.spark.TickSource`: one a second, or at the pace the job sets), so that a micro-batch
-runs, and delayed messages fall due, even when no traffic arrives.
+query reads back into the conversation memory; and a tick (`router.spark.TickSource`: a row a
+second, or at the pace the job sets, `streaming.spark.tick`), so that a micro-batch runs, and
+delayed messages fall due, even when no traffic arrives.
 
 Every record is decoded with `from_avro` into the few columns the rules read (`MESSAGE_COLUMNS`);
 the record itself travels on as its original bytes (`value`), so the state processor and the
