@@ -285,7 +285,6 @@ class RouterJob:
         self._paced = not bounded
         self._ticks.forget(self._tick)
         if self._paced:
-            self._pace.pace_s = None  # forgotten in the JVM: set again
             self._pace.started(time.monotonic())
         # The query is not kept on the job. Its callback, this job's `process_batch`, is held by
         # py4j for as long as the JVM holds the query, and the JVM holds it for as long as Python

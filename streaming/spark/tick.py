@@ -48,8 +48,12 @@ class TickPace:
         return 2.0 * (self.trigger_s + ACTIVE_PACE_S)
 
     def started(self, now: float) -> None:
-        """The query started: what the checkpoint holds may fall due within `retry_s`."""
+        """The query started with a new tick: what the checkpoint holds may fall due within `retry_s`.
+
+        The pace is given again, whatever was given to the query before.
+        """
         self.active_until = now + self.retry_s + self.margin_s
+        self.pace_s = None
         self._keep(ACTIVE_PACE_S)
 
     def after_batch(self, now: float, busy: bool, pending: bool) -> None:

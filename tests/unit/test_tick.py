@@ -19,6 +19,10 @@ def test_a_start_ticks_every_second_until_what_the_checkpoint_holds_may_have_fal
     assert given == [ACTIVE_PACE_S]  # unchanged: not given again
     pace.after_batch(until, busy=False, pending=False)
     assert given == [ACTIVE_PACE_S, 10.0]
+    pace.started(200.0)  # a new query: its tick's pace is given again
+    assert given == [ACTIVE_PACE_S, 10.0, ACTIVE_PACE_S]
+    pace.started(300.0)
+    assert given == [ACTIVE_PACE_S, 10.0, ACTIVE_PACE_S, ACTIVE_PACE_S]
 
 
 def test_a_busy_batch_keeps_the_second_for_a_retry_and_its_margin_from_that_batch() -> None:
