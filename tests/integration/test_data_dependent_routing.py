@@ -32,6 +32,7 @@ from streaming.rules.model import Database, Instance, Route
 from streaming.spark.classifier import Classifier
 from streaming.spark.job import RouterJob
 from streaming.tables.topic_io import publish_catalogs, put_route
+from tests.running import Running
 
 pytestmark = pytest.mark.integration
 
@@ -96,43 +97,6 @@ class Region:
                     else:
                         m.dialog.send(self.service.encode() + b":" + m.body, "Reply")
             endpoint.wait_acknowledged(5)
-
-
-class Running:
-    """Threads that run until the test ends; the first failure of any is reported."""
-
-    def __init__(self) -> None:
-        self.failures: list[BaseException] = []
-        self.threads: list[tuple[threading.Thread, threading.Event]] = []
-
-    def start(self, target: Callable[[threading.Event], object]) -> threading.Event:
-        stop = threading.Event()
-
-        def body() -> None:
-            try:
-                target(stop)
-            except BaseException as error:  # reported by `check`
-                self.failures.append(error)
-
-        thread = threading.Thread(target=body, daemon=True)
-        thread.start()
-        self.threads.append((thread, stop))
-        return stop
-
-    def stop(self, which: threading.Event) -> None:
-        which.set()
-        for thread, stop in self.threads:
-            if stop is which:
-                thread.join(120)
-
-    def stop_all(self) -> None:
-        for _, stop in self.threads:
-            stop.set()
-        for thread, _ in self.threads:
-            thread.join(120)
-
-    def check(self) -> None:
-        assert self.failures == [], self.failures
 
 
 class Initiator:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gc
 import json
-import threading
 import time
 import uuid
 import weakref
@@ -33,6 +32,7 @@ from streaming.spark.job import RouterJob
 from streaming.spark.progress import BatchReport
 from streaming.tables.reader import read_routes
 from streaming.tables.topic_io import publish_catalogs, put_route
+from tests.running import Running
 from tests.topic_records import records_now
 
 pytestmark = pytest.mark.integration
@@ -663,21 +663,9 @@ def test_the_directory_answers_missing_routes_while_the_router_runs(
     answers: list[Answer] = []
     service = DirectoryService(kafka_bootstrap, i1, directory, prefix=prefix, on_answer=answers.append)
     job = router_job(spark, kafka_bootstrap, prefix, tmp_path)
-    stop = threading.Event()
-    failures: list[BaseException] = []
-
-    def running(target: Callable[[threading.Event], object]) -> threading.Thread:
-        def body() -> None:
-            try:
-                target(stop)
-            except BaseException as error:  # reported by the test below
-                failures.append(error)
-
-        thread = threading.Thread(target=body, daemon=True)
-        thread.start()
-        return thread
-
-    threads = [running(service.serve), running(job.run)]
+    running = Running()
+    running.start(service.serve)
+    running.start(job.run)
     produce(
         kafka_bootstrap,
         topics.outbound_topic("i1", prefix),
@@ -687,17 +675,15 @@ def test_the_directory_answers_missing_routes_while_the_router_runs(
     ensure_topics(kafka_bootstrap, [inbound])
     deadline = time.monotonic() + 240
     try:
-        while time.monotonic() < deadline and not failures:
+        while time.monotonic() < deadline and not running.failures:
             refused = [a for a in answers if a.service == "Nowhere"]
             if len(read_all(kafka_bootstrap, inbound)) >= 3 and len(refused) >= 2:
                 break
             time.sleep(1.0)
     finally:
-        stop.set()
-        for thread in threads:
-            thread.join(120)
+        running.stop_all()
         job.close()
-    assert failures == []
+    running.check()
     sent = [decode_message(v)["message_id"] for _, v in read_all(kafka_bootstrap, inbound)]
     assert sent == ["c1:0", "c1:1", "c1:2"]
     created = [a for a in answers if a.service == "Remote"]
@@ -969,24 +955,15 @@ def test_a_running_router_ticks_every_second_while_a_message_waits_and_slows_onc
     publish_catalogs(kafka_bootstrap, [i1, I2], topics.catalogs_topic(prefix))
     job = router_job(spark, kafka_bootstrap, prefix, tmp_path, trigger_seconds=0.5, health_stale_s=9.0)
     reports: list[tuple[float, BatchReport]] = []
-    stop = threading.Event()
-    failures: list[BaseException] = []
-
-    def body() -> None:
-        try:
-            job.run(stop, on_batch=lambda report: reports.append((time.monotonic(), report)))
-        except BaseException as error:  # reported by the test below
-            failures.append(error)
-
-    thread = threading.Thread(target=body, daemon=True)
-    thread.start()
+    running = Running()
+    running.start(lambda stop: job.run(stop, on_batch=lambda r: reports.append((time.monotonic(), r))))
     delayed_topic, inbound = topics.delayed_topic("i1", prefix), topics.inbound_topic("i2", prefix)
     ensure_topics(kafka_bootstrap, [inbound])
 
     def wait_for(what: str, done: Callable[[], bool], within_s: float) -> float:
         deadline = time.monotonic() + within_s
         while not done():
-            assert not failures and time.monotonic() < deadline, f"{what}: not within {within_s} s"
+            assert not running.failures and time.monotonic() < deadline, f"{what}: not within {within_s} s"
             time.sleep(0.2)
         return time.monotonic()
 
@@ -1008,10 +985,9 @@ def test_a_running_router_ticks_every_second_while_a_message_waits_and_slows_onc
         quiet = sent + 2.0 + 3.0 + 1.0
         wait_for("the idle window", lambda: time.monotonic() > quiet + 9.0, 30)
     finally:
-        stop.set()
-        thread.join(120)
+        running.stop_all()
         job.close()
-    assert failures == []
+    running.check()
     idle = [at for at, report in reports if quiet <= at < quiet + 9.0]
     assert all(report.metrics.records == 0 for at, report in reports if at >= quiet)
     # A tick a second ran about nine batches in those 9 s; at the 3 s pace, at most four.
