@@ -1,7 +1,7 @@
 """More JVM flags, given in an environment variable.
 
-The C1-only compiler the test suite's JVMs run with (`tests/conftest.py`), a collector's log, native
-memory tracking (`bench.soak`).
+The C1-only compiler and the serial collector the test suite's JVMs run with (`tests/conftest.py`),
+a collector's log, native memory tracking (`bench.soak`).
 """
 
 from __future__ import annotations

@@ -27,31 +27,48 @@ if TYPE_CHECKING:  # the unit tier imports no Spark
 
 DEFAULT_DOCKER_IMAGE = "confluentinc/cp-kafka:7.6.0"  # what testcontainers' KafkaContainer drives
 
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
-"""The flags the suite's JVMs run with: the C1 compiler only. A test's JVM lives for seconds to
-minutes, and C2 spends much of that CPU compiling code the test then hardly runs.
+TEST_COMPILER = "-XX:TieredStopAtLevel=1"
+"""The C1 compiler only. A test's JVM lives for seconds to minutes, and C2 spends much of that CPU
+compiling code the test then hardly runs.
 
-- The Spark JVMs (`ROUTER_JVM_OPTIONS`, `streaming.jvm_flags.SPARK_JVM_OPTIONS_ENV`): drivers,
-  routers run as processes, executors and a standalone cluster's daemons. Measured alone on 2 cores,
-  each test once with and once without (2026-11-29): the five-kill test 196 s against 250 s, the
-  SIGINT and SIGTERM test 85 s against 111 s, the streaming job's, Spark engine's and memory's 188
-  integration tests on two workers 342 s against 365 s.
-- The brokers (`ROUTER_KAFKA_JVM_OPTIONS`, `streaming.jvm_flags.KAFKA_JVM_OPTIONS_ENV`). Measured
-  on 2026-11-30: a broker's start took 4.6-5.2 s of CPU against 7.1-8.3 s; 200,000 records written
-  to 20 topics and read back, 3.5-4.6 s against 6.9 s; the streaming job's 22 tests on two workers
-  took 216 s against 238 s, their two brokers 58 s of CPU against 116 s.
+- The Spark JVMs: measured alone on 2 cores, each test once with and once without (2026-11-29): the
+  five-kill test 196 s against 250 s, the SIGINT and SIGTERM test 85 s against 111 s, the streaming
+  job's, Spark engine's and memory's 188 integration tests on two workers 342 s against 365 s.
+- The brokers: measured on 2026-11-30, a broker's start took 4.6-5.2 s of CPU against 7.1-8.3 s;
+  200,000 records written to 20 topics and read back, 3.5-4.6 s against 6.9 s; the streaming job's
+  22 tests on two workers took 216 s against 238 s, their two brokers 58 s of CPU against 116 s."""
 
-What the router does is the same under either compiler; `make bench` and `router run` keep C2.
-`ROUTER_JVM_OPTIONS= ROUTER_KAFKA_JVM_OPTIONS= make test` runs the suite with C2."""
+SERIAL_COLLECTOR = "-XX:+UseSerialGC"
+"""The serial collector: one thread, no coordination between several. The suite's JVMs are many
+(two pytest workers' drivers, brokers, routers run as processes, a cluster's daemons) on two cores,
+each with a small heap, so a collector's parallel threads only contend with the other JVMs. Measured
+on 2026-11-30, the streaming job's 22 tests and the broker-outage test on two workers, in
+alternating runs: 403 and 417 s of the machine's CPU with it against 431 and 432 s without; the
+same runs took 278 s each against 285 and 282 s (with C1's threshold at Java's default too, not
+kept: 408 s of CPU, 275 s)."""
+
+TEST_SPARK_JVM_OPTIONS = f"{TEST_COMPILER} -XX:-UseParallelGC {SERIAL_COLLECTOR}"
+"""The Spark JVMs' flags in the suite (`ROUTER_JVM_OPTIONS`, `streaming.jvm_flags.SPARK_JVM_OPTIONS_ENV`):
+drivers, routers run as processes, executors and a standalone cluster's daemons. They come after
+the router's own flags, so the serial collector takes the parallel one's place."""
+
+TEST_KAFKA_JVM_OPTIONS = f"{TEST_COMPILER} -XX:-UseG1GC {SERIAL_COLLECTOR}"
+"""The brokers' flags in the suite (`ROUTER_KAFKA_JVM_OPTIONS`, `streaming.jvm_flags.KAFKA_JVM_OPTIONS_ENV`),
+after the broker's own (`streaming.devtools.embedded_kafka.JVM_OPTIONS`, G1's among them)."""
+
+# What the router does is the same under either compiler and collector; `make bench` and
+# `router run` keep their own. `ROUTER_JVM_OPTIONS= ROUTER_KAFKA_JVM_OPTIONS= make test` runs the
+# suite with them.
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Every JVM the tests start (Spark's, routers run as processes and brokers included) gets
-    `TEST_JVM_OPTIONS`, unless the environment gives its flags."""
+    """Every JVM the tests start (Spark's, routers run as processes and brokers included) gets the
+    suite's flags (`TEST_SPARK_JVM_OPTIONS`, `TEST_KAFKA_JVM_OPTIONS`), unless the environment
+    gives its own."""
     from streaming.jvm_flags import KAFKA_JVM_OPTIONS_ENV, SPARK_JVM_OPTIONS_ENV
 
-    for variable in (SPARK_JVM_OPTIONS_ENV, KAFKA_JVM_OPTIONS_ENV):
-        os.environ.setdefault(variable, TEST_JVM_OPTIONS)
+    os.environ.setdefault(SPARK_JVM_OPTIONS_ENV, TEST_SPARK_JVM_OPTIONS)
+    os.environ.setdefault(KAFKA_JVM_OPTIONS_ENV, TEST_KAFKA_JVM_OPTIONS)
 
 
 @pytest.fixture(scope="session")

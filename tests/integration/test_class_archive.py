@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from streaming.jars import driver_class_archive
 from streaming.spark.session import CLASS_ARCHIVE_ENV, env_jvm_options
 from tests.class_archive import archive_mappings
-from tests.conftest import TEST_JVM_OPTIONS
+from tests.conftest import SERIAL_COLLECTOR, TEST_COMPILER
 
 pytestmark = pytest.mark.integration
 
@@ -41,4 +41,10 @@ def test_the_driver_jvm_runs_with_the_flags_router_jvm_options_gives(spark: Spar
     if flags:
         assert all(flag in arguments for flag in flags), (flags, arguments)
     else:  # `ROUTER_JVM_OPTIONS=` empty: the JVM runs with the router's own flags and no more
-        assert TEST_JVM_OPTIONS not in arguments
+        assert TEST_COMPILER not in arguments
+    # The collector the flags leave is the one the JVM runs: serial's, which replaces the router's
+    # parallel one, if the flags ask for it (as the suite's do).
+    beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    collectors = sorted(str(bean.getName()) for bean in beans)
+    serial = ["Copy", "MarkSweepCompact"]
+    assert (collectors == serial) == (SERIAL_COLLECTOR in flags), (flags, collectors)

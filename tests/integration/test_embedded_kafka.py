@@ -20,7 +20,7 @@ from streaming.errors import KafkaUnavailable
 from streaming.jvm_flags import KAFKA_JVM_OPTIONS_ENV
 from streaming.kafka.admin import end_offsets, ensure_topics, topic_names
 from tests.commands import run_command
-from tests.conftest import TEST_JVM_OPTIONS
+from tests.conftest import TEST_KAFKA_JVM_OPTIONS
 
 pytestmark = pytest.mark.integration
 
@@ -149,7 +149,7 @@ def test_kafka_command_start_twice_status_and_stop(
 
 def test_stop_is_clean_and_a_restart_keeps_the_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The broker's JVM also takes the flags ROUTER_KAFKA_JVM_OPTIONS gives, after its own.
-    flags = [TEST_JVM_OPTIONS, "-Drouter.test.broker=flagged"]
+    flags = [*TEST_KAFKA_JVM_OPTIONS.split(), "-Drouter.test.broker=flagged"]
     monkeypatch.setenv(KAFKA_JVM_OPTIONS_ENV, " ".join(flags))
     broker = EmbeddedKafka(tmp_path)
     started = broker.start()
