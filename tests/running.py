@@ -13,7 +13,8 @@ class Running:
         self.failures: list[BaseException] = []
         self.threads: list[tuple[threading.Thread, threading.Event]] = []
 
-    def start(self, target: Callable[[threading.Event], object]) -> threading.Event:
+    def start(self, target: Callable[[threading.Event], object], name: str | None = None) -> threading.Event:
+        """Run `target(stop)` in a thread (named `name`); the event returned stops it."""
         stop = threading.Event()
 
         def body() -> None:
@@ -22,7 +23,7 @@ class Running:
             except BaseException as error:  # reported by `check`
                 self.failures.append(error)
 
-        thread = threading.Thread(target=body, daemon=True)
+        thread = threading.Thread(target=body, name=name, daemon=True)
         thread.start()
         self.threads.append((thread, stop))
         return stop

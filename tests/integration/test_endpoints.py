@@ -7,7 +7,6 @@ acknowledgement into the other service's queue topic.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from streaming.kafka.avro import decode_message
 from streaming.rules.model import DEFAULT_HOPS, Database, Instance, Route
 from streaming.spark.job import RouterJob
 from streaming.tables.topic_io import publish_catalogs, put_route
+from tests.running import Running
 from tests.topic_records import records_now
 
 pytestmark = pytest.mark.integration
@@ -54,24 +54,14 @@ def router(spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Pat
         trigger_seconds=0.5,
     )
     job = RouterJob(spark, settings)
-    stop = threading.Event()
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            job.run(stop)
-        except BaseException as error:  # handed to the test below
-            failure.append(error)
-
-    thread = threading.Thread(target=run, name="router-i1", daemon=True)
-    thread.start()
+    running = Running()
+    running.start(job.run, name="router-i1")
     try:
         yield job
     finally:
-        stop.set()
-        thread.join(120)
+        running.stop_all()
         job.close()
-    assert not failure, failure
+    running.check()
 
 
 def endpoint(

@@ -49,6 +49,7 @@ from streaming.rules.model import (
 )
 from streaming.spark.job import RouterJob
 from streaming.tables.topic_io import publish_catalogs, put_route
+from tests.running import Running
 from tests.topic_records import records_now
 
 pytestmark = pytest.mark.integration
@@ -254,24 +255,14 @@ def router(spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Pat
         trigger_seconds=0.5,
     )
     job = RouterJob(spark, settings)
-    stop = threading.Event()
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            job.run(stop)
-        except BaseException as error:  # handed to the test below
-            failure.append(error)
-
-    thread = threading.Thread(target=run, name="router-i1", daemon=True)
-    thread.start()
+    running = Running()
+    running.start(job.run, name="router-i1")
     try:
         yield job
     finally:
-        stop.set()
-        thread.join(120)
+        running.stop_all()
         job.close()
-    assert not failure, failure
+    running.check()
 
 
 def test_an_endpoint_pair_s_figures_follow_their_dialogs_through_the_router(
