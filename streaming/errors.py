@@ -19,6 +19,14 @@ class KafkaUnavailable(RouterError):
     """The broker could not be reached, started or stopped."""
 
 
+class TopicMissing(RouterError):
+    """An expected topic is not in the metadata of the broker that answered.
+
+    Not created, or not known to that broker yet: a topic made a moment ago reaches each broker's
+    metadata in turn.
+    """
+
+
 ERROR_CHARS = 600
 """How much of an error's text `short_error` keeps."""
 

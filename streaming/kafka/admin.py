@@ -25,7 +25,7 @@ from concurrent.futures import Future
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, OffsetSpec
 
-from streaming.errors import KafkaUnavailable, RouterError
+from streaming.errors import KafkaUnavailable, RouterError, TopicMissing
 from streaming.kafka.client_log import librdkafka_log
 from streaming.kafka.connection import Kafka, bootstrap_of, client_config, connection_of
 from streaming.kafka.durability import Replication
@@ -396,8 +396,10 @@ def end_offsets(
         moving: object = None
         if metadata is None or metadata.error is not None:
             if metadata is None or not leader_moving(metadata.error) or not time_for_another_ask(deadline):
-                reason = "it does not exist" if metadata is None else str(metadata.error)
-                raise RouterError(f"expected topic {topic!r} at {bootstrap_of(kafka)}, {reason}")
+                where = f"expected topic {topic!r} at {bootstrap_of(kafka)}"
+                if metadata is None:
+                    raise TopicMissing(f"{where}, it does not exist")
+                raise RouterError(f"{where}, {metadata.error}")
             moving = metadata.error
         else:
             request = {TopicPartition(topic, p): OffsetSpec.latest() for p in metadata.partitions}

@@ -16,11 +16,12 @@ import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from streaming.devtools.embedded_kafka import JVM_OPTIONS, EmbeddedKafka, port_is_free
-from streaming.errors import KafkaUnavailable
+from streaming.errors import KafkaUnavailable, RouterError, TopicMissing
 from streaming.jvm_flags import KAFKA_JVM_OPTIONS_ENV
 from streaming.kafka.admin import end_offsets, ensure_topics, topic_names
 from tests.commands import run_command
 from tests.conftest import TEST_KAFKA_JVM_OPTIONS
+from tests.topic_records import partition_ends
 
 pytestmark = pytest.mark.integration
 
@@ -69,6 +70,21 @@ def latest_by_key(records: list[Message]) -> dict[bytes, bytes]:
         else:
             table[key] = value
     return table
+
+
+def test_a_topic_not_created_is_missing_to_end_offsets_and_holds_nothing_to_the_tests_reads(
+    kafka_bootstrap: str, unique_topic: Callable[[str], str]
+) -> None:
+    """`end_offsets` says a topic the metadata does not list is missing (`TopicMissing`, a
+    `RouterError`); the tests' `partition_ends` counts it, like one not made yet, as holding nothing."""
+    absent, made = unique_topic("absent"), unique_topic("made")
+    with pytest.raises(TopicMissing, match="it does not exist") as raised:
+        end_offsets(kafka_bootstrap, absent)
+    assert isinstance(raised.value, RouterError)
+    ensure_topics(kafka_bootstrap, [made], partitions=2)
+    produce(kafka_bootstrap, made, [(b"k", b"v")])
+    ends = partition_ends(kafka_bootstrap, [absent, made])
+    assert set(ends) == {(made, 0), (made, 1)} and sum(ends.values()) == 1
 
 
 def test_records_round_trip(
