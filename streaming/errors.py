@@ -19,6 +19,10 @@ class KafkaUnavailable(RouterError):
     """The broker could not be reached, started or stopped."""
 
 
+class SparkMasterUnavailable(RouterError):
+    """A `spark://` master did not answer, or did not take the router's application."""
+
+
 class TopicMissing(RouterError):
     """An expected topic is not in the metadata of the broker that answered.
 

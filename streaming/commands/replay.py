@@ -53,6 +53,7 @@ def replay(args: argparse.Namespace) -> int:
         settings.spark_master,
         settings.shuffle_partitions,
         verbose=args.verbose,
+        say=say,
     )
     stop_on_signals(say, stop)
     job, server = observed_job(spark, settings, say, count_jobs=args.verbose)

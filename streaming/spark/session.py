@@ -9,18 +9,22 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
+import sys
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from py4j.protocol import Py4JJavaError
 from pyspark import java_gateway
 from pyspark.sql import Column, SparkSession
 from pyspark.sql.types import AtomicType, CharType, DataType, VarcharType
 
-from streaming.errors import RouterError
+from streaming.errors import RouterError, SparkMasterUnavailable
 from streaming.jars import driver_class_archive, router_state_jar, spark_connector_jars
 from streaming.jvm_flags import SPARK_JVM_OPTIONS_ENV, flags_from_env
 
@@ -216,6 +220,64 @@ def cast_to(column: Column, dtype: DataType) -> Column:
     return column.cast(dtype.simpleString()) if by_name else column.cast(dtype)
 
 
+MASTER_WAIT_S = 120.0
+"""How long a driver with a `spark://` master waits for the master's port to take a connection."""
+
+MASTER_PORT = 7077
+"""The port of a `spark://` master URL that names none (Spark's own default)."""
+
+
+def master_addresses(master: str) -> list[tuple[str, int]]:
+    """The host and port of each master a `spark://host:port[,host:port...]` URL names."""
+    if not master.startswith("spark://"):
+        raise SparkMasterUnavailable(f"expected a master URL spark://host:port, got {master!r}")
+    addresses = []
+    for part in master.removeprefix("spark://").split(","):
+        host, _, port = part.strip().rpartition(":")
+        if not host:
+            host, port = port, str(MASTER_PORT)
+        if not host or not port.isdigit():
+            raise SparkMasterUnavailable(f"expected host:port in the master URL {master!r}, got {part!r}")
+        addresses.append((host.strip("[]"), int(port)))
+    return addresses
+
+
+def wait_for_master(
+    master: str, timeout_s: float = MASTER_WAIT_S, say: Callable[[str], None] | None = None
+) -> None:
+    """Return once one of a `spark://` URL's masters takes a TCP connection on its port.
+
+    Spark's driver gives up on a standalone master that does not answer within 60 s, whatever the
+    reason, and stops its SparkContext. A router started together with its cluster (a recipe's
+    `&`, units started at once) would lose that race while the master's JVM starts: so the router
+    waits for the port first, saying so once, up to `timeout_s`.
+    """
+    addresses = master_addresses(master)
+    deadline = time.monotonic() + timeout_s
+    said = False
+    while True:
+        for address in addresses:
+            try:
+                socket.create_connection(address, timeout=2.0).close()
+                return
+            except OSError:
+                continue
+        if time.monotonic() >= deadline:
+            raise SparkMasterUnavailable(
+                f"expected the Spark master at {master} to take connections, none did within "
+                f"{timeout_s:.0f} s: is it running (router spark cluster, or the cluster's "
+                "start-master.sh), on that host and port?"
+            )
+        if not said and say is not None:
+            say(f"waiting for the Spark master at {master} (up to {timeout_s:.0f} s)")
+            said = True
+        time.sleep(0.5)
+
+
+def _to_stderr(text: str) -> None:
+    print(f"router: {text}", file=sys.stderr, flush=True)
+
+
 def build_session(
     app_name: str = "ssb-kafka-router",
     master: str | None = None,
@@ -224,12 +286,15 @@ def build_session(
     verbose: bool = False,
     jvm_options: Sequence[str] = (),
     record_classes: Path | None = None,
+    say: Callable[[str], None] = _to_stderr,
 ) -> SparkSession:
     """Return a SparkSession with the Kafka connector and router jars, small-machine defaults.
 
     `master` defaults to env `ROUTER_SPARK_MASTER` or `local[2]`, where the jars are on the
     driver's classpath (`local_conf`). A Spark cluster is used by passing its master URL
-    (`spark://host:7077`); the jars are shipped to the executors through `spark.jars`.
+    (`spark://host:7077`); the jars are shipped to the executors through `spark.jars`. The session
+    waits for such a master's port first (`wait_for_master`, telling `say`), and a master that then
+    does not take the application is a `SparkMasterUnavailable`.
     Spark's and Kafka's logs go to stderr, at ERROR, or WARN when `verbose`; no progress bars.
     `jvm_options`, then `ROUTER_JVM_OPTIONS`'s, are added to `JVM_OPTIONS` for the driver and the
     executors. The driver starts from its class archive when `make setup` made one, or records one
@@ -320,8 +385,19 @@ def build_session(
         builder = builder.config("spark.driver.extraClassPath", driver_classpath(jars))
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
-    with _jvm_ignores_sigterm():
-        spark = builder.getOrCreate()
+    if master.startswith("spark://"):
+        wait_for_master(master, say=say)
+    try:
+        with _jvm_ignores_sigterm():
+            spark = builder.getOrCreate()
+    except Py4JJavaError as exc:
+        if "stopped SparkContext" not in str(exc) or not master.startswith("spark://"):
+            raise
+        raise SparkMasterUnavailable(
+            f"the Spark master at {master} did not take the router's application (Spark's driver "
+            "gives up after 60 s): the master's log says why; a driver the master cannot reach back "
+            "needs SPARK_LOCAL_IP (or spark.driver.host) set to an address it can"
+        ) from None
     spark.sparkContext.setLogLevel(level)
     if not verbose:
         # A failed micro-batch travels back through py4j, which logs it again; the router reports it.

@@ -161,4 +161,3 @@ def records_with_headers(bootstrap: str, topic: str) -> list[tuple[dict[str, str
         ({k: (v or b"").decode() for k, v in header_pairs(message)}, message.value() or b"")
         for message in records_now(bootstrap, topic, missing_ok=True)
     ]
-

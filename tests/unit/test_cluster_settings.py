@@ -5,16 +5,21 @@ found."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from streaming.cli import build_parser
 from streaming.config import load_settings
+from streaming.devtools.embedded_kafka import free_port
 from streaming.devtools.spark_cluster import children
-from streaming.errors import ConfigError
+from streaming.errors import ConfigError, SparkMasterUnavailable
 from streaming.spark.executors import change_line
+from streaming.spark.session import master_addresses, wait_for_master
 
 
 def test_a_lost_executor_is_one_line_with_spark_s_reason() -> None:
@@ -79,3 +84,41 @@ def test_children_are_the_processes_a_process_started() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_master_url_names_each_master_with_spark_s_default_port() -> None:
+    assert master_addresses("spark://127.0.0.1:7078") == [("127.0.0.1", 7078)]
+    assert master_addresses("spark://a:7077,b") == [("a", 7077), ("b", 7077)]
+    with pytest.raises(SparkMasterUnavailable, match="spark://host:port"):
+        master_addresses("yarn")
+    with pytest.raises(SparkMasterUnavailable, match="host:port"):
+        master_addresses("spark://a:port")
+
+
+def test_the_router_waits_for_a_master_that_starts_after_it_and_says_so_once() -> None:
+    port = free_port()
+    said: list[str] = []
+    listening = threading.Event()
+
+    def start_master_late() -> None:
+        time.sleep(1.5)
+        with socket.create_server(("127.0.0.1", port)) as server:
+            listening.set()
+            server.accept()[0].close()
+
+    late = threading.Thread(target=start_master_late, daemon=True)
+    late.start()
+    wait_for_master(f"spark://127.0.0.1:{port}", timeout_s=30, say=said.append)
+    late.join(10)
+    assert listening.is_set()
+    assert said == [f"waiting for the Spark master at spark://127.0.0.1:{port} (up to 30 s)"]
+
+
+def test_a_master_that_never_answers_is_a_clear_error_after_the_wait() -> None:
+    port = free_port()
+    started = time.monotonic()
+    with pytest.raises(
+        SparkMasterUnavailable, match=f"spark://127.0.0.1:{port} to take connections, none did within 1 s"
+    ):
+        wait_for_master(f"spark://127.0.0.1:{port}", timeout_s=1)
+    assert 1 <= time.monotonic() - started < 10
