@@ -41,13 +41,18 @@ def replay(args: argparse.Namespace) -> int:
     """Replay once; print a line per micro-batch and what was routed."""
     from streaming.spark.job import run_until_drained
     from streaming.spark.progress import ProgressLines
-    from streaming.spark.session import build_session
+    from streaming.spark.session import build_session, wait_for_master
 
     def say(text: str) -> None:
         print(f"router replay: {text}", flush=True)
 
     stop = stop_on_signals(say)
     settings = settings_from(args)
+    if settings.spark_master.startswith("spark://"):
+        wait_for_master(settings.spark_master, say=say, stop=stop)  # Ctrl-C ends the wait
+        if stop.is_set():
+            say("stopped before the Spark master answered")
+            return 0
     spark = build_session(
         f"router-replay-{settings.instance}",
         settings.spark_master,

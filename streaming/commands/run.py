@@ -127,7 +127,7 @@ def stop_on_signals(say: Callable[[str], None], stop: threading.Event | None = N
 def run(args: argparse.Namespace) -> int:
     """Run until a signal asks to stop; print a line per micro-batch (`ProgressLines`) and a summary."""
     from streaming.spark.progress import ProgressLines
-    from streaming.spark.session import build_session
+    from streaming.spark.session import build_session, wait_for_master
 
     def say(text: str) -> None:
         print(f"router run: {text}", flush=True)
@@ -135,6 +135,11 @@ def run(args: argparse.Namespace) -> int:
     stop = stop_on_signals(say)
     settings = settings_from(args)
     say(settings.describe())
+    if settings.spark_master.startswith("spark://"):
+        wait_for_master(settings.spark_master, say=say, stop=stop)  # Ctrl-C ends the wait
+        if stop.is_set():
+            say("stopped before the Spark master answered")
+            return 0
     spark = build_session(
         f"router-{settings.instance}",
         settings.spark_master,

@@ -243,9 +243,12 @@ def master_addresses(master: str) -> list[tuple[str, int]]:
 
 
 def wait_for_master(
-    master: str, timeout_s: float = MASTER_WAIT_S, say: Callable[[str], None] | None = None
+    master: str,
+    timeout_s: float = MASTER_WAIT_S,
+    say: Callable[[str], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> None:
-    """Return once one of a `spark://` URL's masters takes a TCP connection on its port.
+    """Return once one of a `spark://` URL's masters takes a TCP connection on its port, or `stop` is set.
 
     Spark's driver gives up on a standalone master that does not answer within 60 s, whatever the
     reason, and stops its SparkContext. A router started together with its cluster (a recipe's
@@ -255,7 +258,7 @@ def wait_for_master(
     addresses = master_addresses(master)
     deadline = time.monotonic() + timeout_s
     said = False
-    while True:
+    while stop is None or not stop.is_set():
         for address in addresses:
             try:
                 socket.create_connection(address, timeout=2.0).close()

@@ -122,3 +122,11 @@ def test_a_master_that_never_answers_is_a_clear_error_after_the_wait() -> None:
     ):
         wait_for_master(f"spark://127.0.0.1:{port}", timeout_s=1)
     assert 1 <= time.monotonic() - started < 10
+
+
+def test_a_stop_ends_the_wait_for_a_master_without_an_error() -> None:
+    stop = threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    started = time.monotonic()
+    wait_for_master(f"spark://127.0.0.1:{free_port()}", timeout_s=60, stop=stop)
+    assert stop.is_set() and time.monotonic() - started < 10
