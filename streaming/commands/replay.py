@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from streaming.commands.run import add_job_arguments, observed_job, settings_from, stop_on_signals
+from streaming.commands.run import (
+    add_job_arguments,
+    job_session,
+    observed_job,
+    settings_from,
+    stop_on_signals,
+)
 from streaming.errors import RouterError
 
 
@@ -41,26 +47,15 @@ def replay(args: argparse.Namespace) -> int:
     """Replay once; print a line per micro-batch and what was routed."""
     from streaming.spark.job import run_until_drained
     from streaming.spark.progress import ProgressLines
-    from streaming.spark.session import build_session, wait_for_master
 
     def say(text: str) -> None:
         print(f"router replay: {text}", flush=True)
 
     stop = stop_on_signals(say)
     settings = settings_from(args)
-    if settings.spark_master.startswith("spark://"):
-        wait_for_master(settings.spark_master, say=say, stop=stop)  # Ctrl-C ends the wait
-        if stop.is_set():
-            say("stopped before the Spark master answered")
-            return 0
-    spark = build_session(
-        f"router-replay-{settings.instance}",
-        settings.spark_master,
-        settings.shuffle_partitions,
-        verbose=args.verbose,
-        say=say,
-    )
-    stop_on_signals(say, stop)
+    spark = job_session(f"router-replay-{settings.instance}", settings, say, stop, verbose=args.verbose)
+    if spark is None:
+        return 0
     job, server = observed_job(spark, settings, say, count_jobs=args.verbose)
     try:
         job.replay(stop=stop, on_batch=ProgressLines().to(say))

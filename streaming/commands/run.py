@@ -124,10 +124,31 @@ def stop_on_signals(say: Callable[[str], None], stop: threading.Event | None = N
     return stop
 
 
+def job_session(
+    app_name: str, settings: Settings, say: Callable[[str], None], stop: threading.Event, *, verbose: bool
+) -> SparkSession | None:
+    """The job's SparkSession, with `stop_on_signals`' handlers put back after PySpark's own.
+
+    With a `spark://` master, the master is waited for first (`wait_for_master`), and a stop asked
+    for meanwhile ends the wait: then the command stops before Spark starts (None).
+    """
+    from streaming.spark.session import build_session, wait_for_master
+
+    if settings.spark_master.startswith("spark://"):
+        wait_for_master(settings.spark_master, say=say, stop=stop)
+        if stop.is_set():
+            say("stopped before the Spark master answered")
+            return None
+    spark = build_session(
+        app_name, settings.spark_master, settings.shuffle_partitions, verbose=verbose, say=say
+    )
+    stop_on_signals(say, stop)
+    return spark
+
+
 def run(args: argparse.Namespace) -> int:
     """Run until a signal asks to stop; print a line per micro-batch (`ProgressLines`) and a summary."""
     from streaming.spark.progress import ProgressLines
-    from streaming.spark.session import build_session, wait_for_master
 
     def say(text: str) -> None:
         print(f"router run: {text}", flush=True)
@@ -135,19 +156,9 @@ def run(args: argparse.Namespace) -> int:
     stop = stop_on_signals(say)
     settings = settings_from(args)
     say(settings.describe())
-    if settings.spark_master.startswith("spark://"):
-        wait_for_master(settings.spark_master, say=say, stop=stop)  # Ctrl-C ends the wait
-        if stop.is_set():
-            say("stopped before the Spark master answered")
-            return 0
-    spark = build_session(
-        f"router-{settings.instance}",
-        settings.spark_master,
-        settings.shuffle_partitions,
-        verbose=args.verbose,
-        say=say,
-    )
-    stop_on_signals(say, stop)
+    spark = job_session(f"router-{settings.instance}", settings, say, stop, verbose=args.verbose)
+    if spark is None:
+        return 0
     job, server = observed_job(spark, settings, say, count_jobs=args.verbose)
     try:
         if stop.is_set():
