@@ -285,7 +285,7 @@ class DirectoryService:
         """Answer every request on the queues until `stop` is set; return how many were answered."""
         ensure_topics(self.kafka, self.queues)
         ensure_topics(self.kafka, [self.routes_topic, self.requests_topic], compacted=True)
-        self._writer = RecordWriter(self.kafka)
+        self._writer = RecordWriter(self.kafka, upserts=True)
         settings: dict[str, ClientValue] = {
             "group.id": self.group,
             "session.timeout.ms": TAKEOVER_SESSION_MS,
@@ -384,4 +384,4 @@ class DirectoryService:
         if self._writer is not None:
             self._writer.write(topic, records)
         else:
-            produce_records(self.kafka, topic, records)
+            produce_records(self.kafka, topic, records, upserts=True)

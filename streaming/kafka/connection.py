@@ -22,8 +22,8 @@ A bare bootstrap string, where a function takes a connection, is a PLAINTEXT con
 
 The connection also carries the settings file's `replication_factor` and `min_insync_replicas`
 (`replication`), so that every command that creates a topic creates it as the file asks, and
-`producer_config` is how every confluent-kafka Producer is configured (`acks=all`, idempotence:
-streaming/kafka/durability.py).
+`producer_config` is how every confluent-kafka Producer is configured (`acks=all`, idempotence;
+`upsert_producer_config` for the writers of table records: streaming/kafka/durability.py).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streaming.errors import ConfigError
-from streaming.kafka.durability import AskedReplication, producer_settings
+from streaming.kafka.durability import AskedReplication, producer_settings, upsert_settings
 
 PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -205,6 +205,14 @@ def client_config(kafka: Kafka, **extra: ClientValue) -> dict[str, ClientValue]:
 def producer_config(kafka: Kafka, **extra: ClientValue) -> dict[str, ClientValue]:
     """A confluent-kafka Producer's configuration: the connection, `acks=all` and idempotence, `extra`."""
     return client_config(kafka, **producer_settings(**extra))
+
+
+def upsert_producer_config(kafka: Kafka, **extra: ClientValue) -> dict[str, ClientValue]:
+    """A confluent-kafka Producer's configuration for table records: the connection, `UPSERT_SETTINGS`.
+
+    `acks=all`, one request in flight, no idempotence (`streaming.kafka.durability`), then `extra`.
+    """
+    return client_config(kafka, **upsert_settings(**extra))
 
 
 def connection_from(

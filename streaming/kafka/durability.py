@@ -8,11 +8,22 @@ of brokers the cluster has, up to 3 (asked once, when a command or the job start
 write is acknowledged once two hold it, so one broker may stop without a write refused or lost.
 An existing topic is never changed; one with fewer replicas than asked is reported once.
 
-Producers. Every producer writes with `acks=all` and idempotence (`PRODUCER_SETTINGS`): the leader
-acknowledges a record once every in-sync replica has it, and a retry after a leader change does not
-write it twice. `streaming.kafka.connection.producer_config` gives them to a confluent-kafka
-Producer, `spark_producer_options` to Spark's Kafka sink (Spark 4.1's connector hands its
-`kafka.`-prefixed options to the producer as they are, refusing only the key and value serializers).
+Producers. Every producer writes with `acks=all`: the leader acknowledges a record once every
+in-sync replica has it. Those that write messages also write with idempotence (`PRODUCER_SETTINGS`),
+so that a retry after a leader change does not write a message twice.
+`streaming.kafka.connection.producer_config` gives them to a confluent-kafka Producer,
+`spark_producer_options` to Spark's Kafka sink (Spark 4.1's connector hands its `kafka.`-prefixed
+options to the producer as they are, refusing only the key and value serializers).
+
+The writers of table records (routes, catalogs, mirror roles, MissingRoute requests: compacted
+topics whose readers keep each key's last value) write with `UPSERT_SETTINGS` instead
+(`streaming.kafka.connection.upsert_producer_config`): `acks=all` and one request in flight, so
+that a retry keeps their order, without idempotence. A librdkafka idempotent producer asks for its
+producer id on a 500 ms timer, first started when it is created and before any broker is
+connected, so its first write waits 0.5-1.0 s (measured on the embedded broker, 2026-11-30: 0.51-1.03
+s for one record, against 0.01-0.05 s without); these writers are made for a write or a few (a
+route put, a catalog published, a request ended during a micro-batch). What a retry could repeat
+there is the same key with the same value, which leaves every table as it was.
 """
 
 from __future__ import annotations
@@ -27,7 +38,12 @@ DEFAULT_MAX_FACTOR = 3
 """The default replication factor is the cluster's broker count, up to this."""
 
 PRODUCER_SETTINGS: Mapping[str, str] = MappingProxyType({"acks": "all", "enable.idempotence": "true"})
-"""What every producer of the router writes with, in the names both Kafka clients take."""
+"""What every producer of the router's messages writes with, in the names both Kafka clients take."""
+
+UPSERT_SETTINGS: Mapping[str, str] = MappingProxyType(
+    {"acks": "all", "enable.idempotence": "false", "max.in.flight.requests.per.connection": "1"}
+)
+"""What the writers of table records write with (module doc): every replica in sync, in order."""
 
 
 @dataclass(frozen=True)
@@ -85,10 +101,21 @@ class AskedReplication:
 
 def producer_settings(**extra: str | int | float | bool) -> dict[str, str | int | float | bool]:
     """`PRODUCER_SETTINGS` with a producer's own tuning (`linger.ms`, ...); they may not be overridden."""
-    overridden = sorted(k for k in extra if k in PRODUCER_SETTINGS)
+    return _fixed_with(PRODUCER_SETTINGS, extra)
+
+
+def upsert_settings(**extra: str | int | float | bool) -> dict[str, str | int | float | bool]:
+    """`UPSERT_SETTINGS`, for a writer of table records, with its own tuning; they may not be overridden."""
+    return _fixed_with(UPSERT_SETTINGS, extra)
+
+
+def _fixed_with(
+    fixed: Mapping[str, str], extra: Mapping[str, str | int | float | bool]
+) -> dict[str, str | int | float | bool]:
+    overridden = sorted(k for k in extra if k in fixed or k in PRODUCER_SETTINGS)
     if overridden:
         raise ValueError(f"producer settings {overridden} are the router's: every producer writes with them")
-    return {**PRODUCER_SETTINGS, **extra}
+    return {**fixed, **extra}
 
 
 def spark_producer_options() -> dict[str, str]:

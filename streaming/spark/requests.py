@@ -121,6 +121,7 @@ class OutstandingRequests:
                 self.settings.kafka,
                 topics.requests_topic(name, self.topology.prefix),
                 [(r.key(), r.value(), None) for r in records],
+                upserts=True,
             )
             for request in found:
                 memory = memory.record(request, False, at_ms)

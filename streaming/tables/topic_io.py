@@ -13,8 +13,9 @@ empty table with version `none`.
 Publishing validates everything first (an ALTER needs the current value: the table is read, the
 operations are applied to it, and only then is anything produced).
 
-The one-off writer the publishing uses (`RecordWriter`, `produce_records`) serves other topics too:
-`send_records` puts message records on an instance's input topic.
+The one-off writer the publishing uses (`RecordWriter`, `produce_records`) writes table records as
+upserts (`streaming.kafka.durability.UPSERT_SETTINGS`), and serves other topics too, with
+idempotence: `send_records` puts message records on an instance's input topic.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from streaming.kafka.avro import (
     route_to_record,
 )
 from streaming.kafka.client_log import librdkafka_log
-from streaming.kafka.connection import Kafka, bootstrap_of, producer_config
+from streaming.kafka.connection import Kafka, bootstrap_of, producer_config, upsert_producer_config
 from streaming.rules.model import Instance, MirrorRole, Route, normalize_address
 from streaming.tables.operations import (
     RouteChange,
@@ -81,15 +82,22 @@ def read_latest(
 
 
 class RecordWriter:
-    """One idempotent producer for a process's many small writes, each waited for (`write`).
+    """One producer for a process's many small writes, each waited for (`write`).
 
-    A producer costs a connection and a producer id from the broker (a round trip or two): a
-    service that answers request after request keeps one instead of making one per answer.
+    A producer costs a connection, and an idempotent one a producer id from the broker: a service
+    that answers request after request keeps one instead of making one per answer. With `upserts`
+    it writes table records (compacted topics, each key's last value the table's), without
+    idempotence and so without waiting 0.5-1.0 s for a producer id before its first write
+    (`streaming.kafka.durability.UPSERT_SETTINGS`); messages are written with idempotence.
     """
 
-    def __init__(self, kafka: Kafka) -> None:
+    def __init__(self, kafka: Kafka, *, upserts: bool = False) -> None:
         self.kafka = kafka
-        self._producer = Producer(producer_config(kafka, **{"linger.ms": 5}), logger=_LIBRDKAFKA_LOG)
+        self._producer = (
+            Producer(upsert_producer_config(kafka, **{"linger.ms": 5}), logger=_LIBRDKAFKA_LOG)
+            if upserts
+            else Producer(producer_config(kafka, **{"linger.ms": 5}), logger=_LIBRDKAFKA_LOG)
+        )
 
     def __enter__(self) -> RecordWriter:
         return self
@@ -153,9 +161,10 @@ def produce_records(
     records: Iterable[tuple[bytes | None, bytes | None, Headers | None]],
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
+    upserts: bool = False,
 ) -> int:
-    """`RecordWriter.write` with a producer of its own, for a one-off write."""
-    with RecordWriter(kafka) as writer:
+    """`RecordWriter.write` with a producer of its own, for a one-off write (`upserts`: of table records)."""
+    with RecordWriter(kafka, upserts=upserts) as writer:
         return writer.write(topic, records, timeout=timeout)
 
 
@@ -194,6 +203,7 @@ def publish_route_changes(
             for change in changes
         ),
         timeout=timeout,
+        upserts=True,
     )
 
 
@@ -226,7 +236,7 @@ def put_route(
 ) -> None:
     """Publish one route of `instance` as it is (create or replace), e.g. one a BCN service creates (B6)."""
     ensure_topics(kafka, [topic], compacted=True)
-    produce_records(kafka, topic, [route_record(instance, route)], timeout=timeout)
+    produce_records(kafka, topic, [route_record(instance, route)], timeout=timeout, upserts=True)
 
 
 @dataclass(frozen=True)
@@ -263,9 +273,12 @@ def migrate_routes(kafka: Kafka, topic: str, moves: Sequence[Migration]) -> int:
     The new records come first, so that a reader never sees a route gone from both keys.
     """
     produce_records(
-        kafka, topic, [(m.new_key.encode(), encode_route(route_to_record(m.route)), None) for m in moves]
+        kafka,
+        topic,
+        [(m.new_key.encode(), encode_route(route_to_record(m.route)), None) for m in moves],
+        upserts=True,
     )
-    produce_records(kafka, topic, [(m.old_key.encode(), None, None) for m in moves])
+    produce_records(kafka, topic, [(m.old_key.encode(), None, None) for m in moves], upserts=True)
     return len(moves)
 
 
@@ -282,6 +295,7 @@ def publish_catalogs(
         topic,
         ((i.name.encode("utf-8"), encode_catalog(catalog_to_record(i)), None) for i in instances),
         timeout=timeout,
+        upserts=True,
     )
 
 
@@ -302,6 +316,7 @@ def publish_mirror_roles(
         topic,
         ((address.encode("utf-8"), role.value.encode("utf-8"), None) for address, role in checked.items()),
         timeout=timeout,
+        upserts=True,
     )
 
 

@@ -13,7 +13,7 @@ from confluent_kafka.admin import BrokerMetadata, ClusterMetadata, PartitionMeta
 from streaming.config import load_connection, load_settings
 from streaming.errors import ConfigError
 from streaming.kafka import admin
-from streaming.kafka.connection import KafkaConnection, producer_config
+from streaming.kafka.connection import KafkaConnection, producer_config, upsert_producer_config
 from streaming.kafka.durability import AskedReplication, Replication
 from streaming.spark.sources import write_options
 
@@ -101,6 +101,46 @@ def test_no_producer_may_write_with_other_acks() -> None:
         producer_config(KafkaConnection("b:1"), **{"enable.idempotence": False})
 
 
+def test_writers_of_table_records_wait_for_every_replica_in_order_without_idempotence() -> None:
+    config = upsert_producer_config(KafkaConnection("b:1"), **{"linger.ms": 5})
+    assert config == {
+        "bootstrap.servers": "b:1",
+        "acks": "all",
+        "enable.idempotence": "false",
+        "max.in.flight.requests.per.connection": "1",
+        "linger.ms": 5,
+    }
+    for fixed in ("acks", "enable.idempotence", "max.in.flight.requests.per.connection"):
+        with pytest.raises(ValueError, match=re.escape(fixed)):
+            upsert_producer_config("b:1", **{fixed: "5"})
+
+
+def test_table_records_are_written_as_upserts_and_messages_with_idempotence() -> None:
+    """The routes, catalogs, mirror roles and requests are written as upserts; `send_records`'s
+    messages, and any write not said to be of table records, with idempotence."""
+    from streaming.tables import topic_io
+
+    source = Path(topic_io.__file__).read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    calls = {
+        function.name: [
+            node
+            for node in ast.walk(function)
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "produce_records"
+        ]
+        for function in tree.body
+        if isinstance(function, ast.FunctionDef)
+    }
+
+    def upserts(node: ast.Call) -> bool:
+        return any(k.arg == "upserts" and ast.literal_eval(k.value) is True for k in node.keywords)
+
+    tables = ("publish_route_changes", "put_route", "migrate_routes", "publish_catalogs")
+    for table in (*tables, "publish_mirror_roles"):
+        assert calls[table] and all(upserts(call) for call in calls[table]), table
+    assert calls["send_records"] and not any(upserts(call) for call in calls["send_records"])
+
+
 def test_spark_only_options_may_not_override_the_producers_acks(tmp_path: Path) -> None:
     path = tmp_path / "router.yaml"
     path.write_text("instance: i1\nkafka_options:\n  kafka.acks: '1'\n")
@@ -117,11 +157,12 @@ def test_every_producer_of_the_package_is_configured_by_producer_config() -> Non
                 where = f"{source.relative_to(PACKAGE.parent)}:{node.lineno}"
                 config = node.args[0] if node.args else None
                 named = getattr(config.func, "id", None) if isinstance(config, ast.Call) else None
-                assert named == "producer_config", (
-                    f"{where}: expected Producer(producer_config(...)), got {ast.unparse(node)}"
+                assert named in ("producer_config", "upsert_producer_config"), (
+                    f"{where}: expected Producer(producer_config(...)) or "
+                    f"Producer(upsert_producer_config(...)), got {ast.unparse(node)}"
                 )
                 built.append(where)
-    assert len(built) >= 2, built  # the table writer's and the endpoint's
+    assert len(built) >= 3, built  # the record writer's two and the endpoint's
 
 
 def metadata(brokers: int, topics: dict[str, int]) -> ClusterMetadata:
