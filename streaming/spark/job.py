@@ -490,7 +490,7 @@ class RouterJob:
         """
         with self._lock:
             if self._admin is None:
-                self._admin = admin_client(self.settings.kafka)
+                self._admin = admin_client(self.settings.kafka, lazy=True)
             return self._admin
 
     def _stop(self, query: StreamingQuery, grace_s: float) -> bool:
@@ -596,7 +596,8 @@ class RouterJob:
 
         def probe() -> None:
             try:
-                cluster_metadata(self.settings.kafka, timeout=KAFKA_PROBE_EVERY_S / 2)
+                kafka, timeout = self.settings.kafka, KAFKA_PROBE_EVERY_S / 2
+                cluster_metadata(kafka, timeout=timeout, client=admin_client(kafka, lazy=True))
                 self._kafka_note = None
             except KafkaUnavailable:
                 self._kafka_note = f"Kafka does not answer at {self.settings.kafka.bootstrap}"
