@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from streaming import topics
@@ -24,12 +24,13 @@ from streaming.config import load_settings
 from streaming.devtools.scenario.check import evaluate
 from streaming.devtools.scenario.loader import load_scenario
 from streaming.devtools.scenario.model import AckEvent, MessageEvent
-from streaming.kafka.admin import end_offsets, ensure_topics, topic_names
+from streaming.kafka.admin import ensure_topics, topic_names
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
 from streaming.kafka.consuming import header_pairs
 from streaming.rules.model import CURRENT_DATABASE
 from streaming.spark.job import RouterJob
 from streaming.tables.topic_io import publish_catalogs, put_route
+from tests.topic_records import records_now
 
 pytestmark = pytest.mark.integration
 
@@ -131,29 +132,17 @@ def decisions_from_topics(bootstrap: str, prefix: str, instance: str) -> list[di
         and t not in inputs
         and not t.endswith((".routes", ".catalogs", ".mirrors", ".choices", ".requests", ".deadletter"))
     ]
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4()}", "enable.auto.commit": False}
-    )
+    # One read per topic (`records_now`): a consumer assigned topic after topic waits out the last
+    # topic's fetch (up to librdkafka's fetch.wait.max.ms, 500 ms) before the next one's.
     decisions: list[dict[str, object]] = []
-    try:
-        for topic in wanted:
-            ends = end_offsets(bootstrap, topic)
-            consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-            remaining = sum(ends.values())
-            while remaining:
-                msg = consumer.poll(10.0)
-                assert msg is not None, f"{topic}: {remaining} records not read"
-                if msg.error():
-                    continue
-                remaining -= 1
-                headers = {k: (v or b"").decode() for k, v in header_pairs(msg)}
-                decision: dict[str, object] = {"id": decode_message(msg.value())["message_id"]}
-                decision.update({f: headers[f] for f in HEADER_FIELDS if f in headers})
-                if "choice_step" in headers and "route" not in headers:
-                    decision["route"] = None  # the virtual M6 route
-                decisions.append(decision)
-    finally:
-        consumer.close()
+    for topic in wanted:
+        for msg in records_now(bootstrap, topic):
+            headers = {k: (v or b"").decode() for k, v in header_pairs(msg)}
+            decision: dict[str, object] = {"id": decode_message(msg.value())["message_id"]}
+            decision.update({f: headers[f] for f in HEADER_FIELDS if f in headers})
+            if "choice_step" in headers and "route" not in headers:
+                decision["route"] = None  # the virtual M6 route
+            decisions.append(decision)
     return decisions
 
 
