@@ -112,7 +112,7 @@ def upsert_settings(**extra: str | int | float | bool) -> dict[str, str | int | 
 def _fixed_with(
     fixed: Mapping[str, str], extra: Mapping[str, str | int | float | bool]
 ) -> dict[str, str | int | float | bool]:
-    overridden = sorted(k for k in extra if k in fixed or k in PRODUCER_SETTINGS)
+    overridden = sorted(k for k in extra if k in fixed)  # UPSERT_SETTINGS names PRODUCER_SETTINGS' keys too
     if overridden:
         raise ValueError(f"producer settings {overridden} are the router's: every producer writes with them")
     return {**fixed, **extra}

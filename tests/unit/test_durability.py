@@ -135,8 +135,13 @@ def test_table_records_are_written_as_upserts_and_messages_with_idempotence() ->
     def upserts(node: ast.Call) -> bool:
         return any(k.arg == "upserts" and ast.literal_eval(k.value) is True for k in node.keywords)
 
-    tables = ("publish_route_changes", "put_route", "migrate_routes", "publish_catalogs")
-    for table in (*tables, "publish_mirror_roles"):
+    for table in (
+        "publish_route_changes",
+        "put_route",
+        "migrate_routes",
+        "publish_catalogs",
+        "publish_mirror_roles",
+    ):
         assert calls[table] and all(upserts(call) for call in calls[table]), table
     assert calls["send_records"] and not any(upserts(call) for call in calls["send_records"])
 
