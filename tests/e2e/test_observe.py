@@ -35,8 +35,13 @@ pytestmark = pytest.mark.e2e
 AW = Database("AW", "0a0a0a0a-0000-0000-0000-000000000001", True, ("InitiatorService", "Audit"))
 MSDB = Database("msdb", "0d0d0d0d-0000-0000-0000-000000000001", True, ())
 F1_MSDB = Database("msdb", "0d0d0d0d-0000-0000-0000-000000000002", True, ())
-I1 = Instance("i1", "TCP://i1:4022", (AW, MSDB), retry_s=3.0)
-F1 = Instance("f1", "TCP://f1:4022", (F1_MSDB,), forwarding=True, retry_s=3.0)
+# retry_s well above a micro-batch's length (2.5-4.5 s on a busy machine): a delayed message read
+# back from the delayed topic is held until it is due (D2). With batches longer than retry_s it is
+# already due when read, leaves in the same batch, and the state holds nothing at any batch's end
+# (the gauge is then rightly 0, and the test could not see D1).
+RETRY_S = 10.0
+I1 = Instance("i1", "TCP://i1:4022", (AW, MSDB), retry_s=RETRY_S)
+F1 = Instance("f1", "TCP://f1:4022", (F1_MSDB,), forwarding=True, retry_s=RETRY_S)
 FAR, ONWARD, LATE = "TCP://far:4022", "TCP://onward:4022", "TCP://late:4022"
 Scrape = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
