@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -76,19 +75,22 @@ def test_a_worker_killed_with_its_executor_mid_stream_loses_nothing(
         return all(worker.executors() for worker in spark_cluster.workers)
 
     wait_for(both_run_executors, 180, "an executor on each worker", router, log)
+
     # The router's driver JVM is its one java child; waited for, and a failure names what ran
     # instead (once, both workers ran executors while the router's log was still empty and no java
     # child of it was found).
-    deadline = time.monotonic() + 60
-    while len(drivers := children_running(router.pid, "java")) != 1:
-        assert time.monotonic() < deadline, (
-            f"expected one driver JVM under the router (pid {router.pid}, exit code {router.poll()}), "
-            f"its children: {command_lines(children(router.pid))}\n{log.read_text()[-3000:]}"
-        )
-        time.sleep(0.5)
+    def one_driver() -> bool:
+        return len(children_running(router.pid, "java")) == 1
+
+    try:
+        wait_for(one_driver, 60, "driver JVM as the router's one java child", router, log)
+    except AssertionError as failure:
+        children_now = command_lines(children(router.pid))
+        raise AssertionError(f"{failure}\nthe router's (pid {router.pid}) children: {children_now}") from None
+    (driver,) = children_running(router.pid, "java")
     if os.environ.get(CLASS_ARCHIVE_ENV) != "off":  # else set-up recorded no archive
         # The driver on a cluster has the classpath the class archive was recorded with, and maps it.
-        assert archive_mappings(drivers[0]), "the driver on the cluster did not map the class archive"
+        assert archive_mappings(driver), "the driver on the cluster did not map the class archive"
     wait_for(lambda: written(kafka_bootstrap, names) > 0, 300, "routing", router, log)
     victim = spark_cluster.workers[0]
     killed = spark_cluster.kill_worker(victim)
