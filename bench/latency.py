@@ -1,7 +1,7 @@
 """The router's latency under a fixed offered load: `router run` fed at a steady rate.
 
 usage: python -m bench.latency [--rates 1000,10000] [--duration 60] [--warm-up 20] [--routes 10]
-                               [--drain 120] [--bootstrap HOST:PORT]
+                               [--drain 120] [--state-partitions N] [--bootstrap HOST:PORT]
 
 `measure_latency` loads a fresh namespace with instance i1's catalog and routes (`bench.common`),
 starts `router run` (`bench.router_process`), waits until it has routed a probe message, offers a
@@ -200,9 +200,14 @@ def measure_latency(
     routes: int = 10,
     drain_s: float = DRAIN_S,
     instance: Instance = I1,
+    state_partitions: int | None = None,
 ) -> LatencyRun:
-    """One fresh namespace, one `router run`, a warm-up load, then one load per rate; then SIGINT."""
-    with fresh_router(bootstrap, instance, routes) as router:
+    """One fresh namespace, one `router run`, a warm-up load, then one load per rate; then SIGINT.
+
+    `state_partitions`: the router's `shuffle_partitions` (default: its settings' default, 4).
+    """
+    settings = {"shuffle_partitions": state_partitions} if state_partitions else None
+    with fresh_router(bootstrap, instance, routes, settings) as router:
         table = routes_for(routes)
         warm_up = None
         if warm_up_s > 0:
@@ -227,12 +232,26 @@ def main() -> None:
     )
     parser.add_argument("--routes", type=int, default=10, help="route-table size (default 10)")
     parser.add_argument("--drain", type=float, default=DRAIN_S, help="seconds to wait for the router")
+    parser.add_argument(
+        "--state-partitions",
+        type=int,
+        metavar="N",
+        help="the router's state partitions, its shuffle_partitions (default: the router's default, 4)",
+    )
     parser.add_argument("--bootstrap", help="an existing broker (default: start an embedded one)")
     args = parser.parse_args()
+    if args.state_partitions is not None and args.state_partitions < 1:
+        parser.error("--state-partitions must be 1 or more")
     rates = [float(r) for r in args.rates.split(",")]
     with kafka(args.bootstrap) as bootstrap:
         run = measure_latency(
-            bootstrap, rates, args.duration, warm_up_s=args.warm_up, routes=args.routes, drain_s=args.drain
+            bootstrap,
+            rates,
+            args.duration,
+            warm_up_s=args.warm_up,
+            routes=args.routes,
+            drain_s=args.drain,
+            state_partitions=args.state_partitions,
         )
     for r in ([run.warm_up] if run.warm_up else []) + run.results:
         label = "warm-up: " if r is run.warm_up else ""

@@ -189,18 +189,24 @@ class RouterProcess:
 
 
 @contextmanager
-def fresh_router(bootstrap: str, instance: Instance = I1, routes: int = 10) -> Iterator[RouterProcess]:
+def fresh_router(
+    bootstrap: str,
+    instance: Instance = I1,
+    routes: int = 10,
+    settings: Mapping[str, object] | None = None,
+) -> Iterator[RouterProcess]:
     """`router run` for `instance` on a fresh namespace with `routes` routes, once it routes.
 
     The namespace gets the instance's catalog and `bench.common.routes_for(routes)`; the router's
     settings, checkpoint and output live in a temporary folder, deleted at the end, when the
     router is stopped too unless the caller stopped it (`RouterProcess.stop`, to see how it ended).
+    `settings`: more lines of the router's settings file (`RouterProcess`), as `shuffle_partitions`.
     """
     prefix = new_prefix()
     prepare(bootstrap, prefix, routes, messages=0, instance=instance)
     folder = Path(tempfile.mkdtemp(prefix="router-bench-run-"))
     try:
-        with RouterProcess(bootstrap, prefix, folder, instance) as router:
+        with RouterProcess(bootstrap, prefix, folder, instance, settings=settings) as router:
             progress(f"bench: started router run on {prefix}; waiting until it routes")
             progress(f"bench: router run routes, {router.wait_until_routing():.0f} s after it started")
             yield router

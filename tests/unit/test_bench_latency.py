@@ -1,0 +1,58 @@
+"""bench.latency and bench.router_process: the router a latency run starts gets the settings asked for."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import latency, router_process
+from bench.router_process import RouterProcess
+from streaming.rules.model import Instance
+
+
+class Started(Exception):
+    """Raised where the run would start its router: what it was given is all these tests look at."""
+
+
+def test_more_settings_are_lines_of_the_routers_settings_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commands: list[list[str]] = []
+
+    def popen(command: list[str], **_options: Any) -> subprocess.Popen[bytes]:
+        commands.append(command)
+        raise Started
+
+    monkeypatch.setattr(router_process.subprocess, "Popen", popen)
+    router = RouterProcess("127.0.0.1:9", "benchprefix", tmp_path, settings={"shuffle_partitions": 2})
+    with pytest.raises(Started):
+        router.start()
+    lines = router.settings.read_text(encoding="utf-8").splitlines()
+    assert lines[:3] == ["instance: i1", "bootstrap: 127.0.0.1:9", "topic_prefix: benchprefix"]
+    assert "shuffle_partitions: 2" in lines
+    assert commands[0][-3:] == ["run", "--config", str(router.settings)]
+
+
+@pytest.mark.parametrize(("partitions", "settings"), [(2, {"shuffle_partitions": 2}), (None, None)])
+def test_state_partitions_reach_the_routers_settings(
+    monkeypatch: pytest.MonkeyPatch, partitions: int | None, settings: dict[str, int] | None
+) -> None:
+    given: list[Mapping[str, object] | None] = []
+
+    @contextmanager
+    def fresh_router(
+        _bootstrap: str, _instance: Instance, _routes: int, more: Mapping[str, object] | None = None
+    ) -> Iterator[RouterProcess]:
+        given.append(more)
+        raise Started
+        yield  # a generator, as the real one is
+
+    monkeypatch.setattr(latency, "fresh_router", fresh_router)
+    with pytest.raises(Started):
+        latency.measure_latency("127.0.0.1:9", [1000.0], 1.0, state_partitions=partitions)
+    assert given == [settings]
