@@ -47,6 +47,7 @@ from bench.common import (
 )
 from bench.router_process import RouterProcess, RouterStop, fresh_router
 from streaming import topics
+from streaming.config import DEFAULT_SHUFFLE_PARTITIONS
 from streaming.rules.model import Instance, Route
 
 # Latency is measured from the producer's timestamp: a record waits at most this long to be sent.
@@ -204,9 +205,10 @@ def measure_latency(
 ) -> LatencyRun:
     """One fresh namespace, one `router run`, a warm-up load, then one load per rate; then SIGINT.
 
-    `state_partitions`: the router's `shuffle_partitions` (default: its settings' default, 4).
+    `state_partitions`: the router's `shuffle_partitions` (default: the settings' default,
+    `DEFAULT_SHUFFLE_PARTITIONS`), checked by the router as any settings file's.
     """
-    settings = {"shuffle_partitions": state_partitions} if state_partitions else None
+    settings = {"shuffle_partitions": state_partitions} if state_partitions is not None else None
     with fresh_router(bootstrap, instance, routes, settings) as router:
         table = routes_for(routes)
         warm_up = None
@@ -236,12 +238,10 @@ def main() -> None:
         "--state-partitions",
         type=int,
         metavar="N",
-        help="the router's state partitions, its shuffle_partitions (default: the router's default, 4)",
+        help=f"the router's state partitions, its shuffle_partitions (default {DEFAULT_SHUFFLE_PARTITIONS})",
     )
     parser.add_argument("--bootstrap", help="an existing broker (default: start an embedded one)")
     args = parser.parse_args()
-    if args.state_partitions is not None and args.state_partitions < 1:
-        parser.error("--state-partitions must be 1 or more")
     rates = [float(r) for r in args.rates.split(",")]
     with kafka(args.bootstrap) as bootstrap:
         run = measure_latency(

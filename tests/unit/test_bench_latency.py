@@ -38,7 +38,11 @@ def test_more_settings_are_lines_of_the_routers_settings_file(
     assert commands[0][-3:] == ["run", "--config", str(router.settings)]
 
 
-@pytest.mark.parametrize(("partitions", "settings"), [(2, {"shuffle_partitions": 2}), (None, None)])
+@pytest.mark.parametrize(
+    ("partitions", "settings"),
+    # 0 reaches the router, whose settings refuse it, rather than falling back to the default.
+    [(2, {"shuffle_partitions": 2}), (0, {"shuffle_partitions": 0}), (None, None)],
+)
 def test_state_partitions_reach_the_routers_settings(
     monkeypatch: pytest.MonkeyPatch, partitions: int | None, settings: dict[str, int] | None
 ) -> None:
