@@ -3,7 +3,7 @@
 #   1. .venv/                   created with `python3 -m venv` when missing
 #   2. pip install -e '.[dev]'  when pyproject.toml changed since the last install
 #   3. .cache/jars/{spark,kafka,kafka-tools,hdfs-test} copied from Maven Central when
-#      jvm/<side>/pom.xml changed
+#      jvm/<side>/pom.xml changed; while pip installs (both wait mostly on the network)
 #   4. .cache/jars/router/router-state.jar built by Maven from jvm/state (its pom pins pyspark's
 #      jar versions), when a source file, the pom or the pyspark version changed
 #   5. .cache/jars/hdfs-test-main/router-hdfs-test.jar: the tests' HDFS (jvm/hdfs-test/src), likewise
@@ -24,7 +24,12 @@ PYTHON="${PYTHON:-python3}"
 did_something=0
 
 say() { printf 'setup: %s\n' "$*"; }
-die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+die() {
+    printf 'setup: error: %s\n' "$*" >&2
+    # The jars' copy, when it is still running in the background (3).
+    if [[ -n "${jars_pid:-}" ]]; then pkill -P "$jars_pid" 2>/dev/null || true; kill "$jars_pid" 2>/dev/null || true; fi
+    exit 1
+}
 
 need() {
     command -v "$1" >/dev/null 2>&1 || die "expected \`$1\` on PATH ($2)"
@@ -57,6 +62,37 @@ if [[ ! -x "$VENV/bin/python" ]]; then
     did_something=1
 fi
 
+# 3. Jars: copied into a fresh folder, swapped in whole, so no jar of an older pom is left behind.
+# One Maven at a time (Maven's local repository is not safe for two writers), in the background
+# while pip installs (2): its lines go to a log, shown once pip is done.
+copy_jars() {
+    for side in spark kafka kafka-tools hdfs-test; do
+        pom="jvm/$side/pom.xml"
+        target="$CACHE/jars/$side"
+        if stamp_is_current "jars-$side" "$pom" && compgen -G "$target/*.jar" >/dev/null; then
+            continue
+        fi
+        if [[ -f "$STAMPS/jars-$side" ]]; then why="$pom changed"; else why="first copy"; fi
+        say "copying the $side jars from Maven Central ($why) into $target"
+        started=$SECONDS
+        rm -rf "$target.tmp"
+        mkdir -p "$CACHE"
+        if ! mvn -q -B -f "$pom" dependency:copy-dependencies -Djars.dir="$target.tmp" \
+            >"$CACHE/mvn-$side.log" 2>&1; then
+            cat "$CACHE/mvn-$side.log" >&2
+            die "mvn could not copy the $side jars (log above, also in $CACHE/mvn-$side.log)"
+        fi
+        rm -rf "$target"
+        mv "$target.tmp" "$target"
+        write_stamp "jars-$side" "$pom"
+        say "$(find "$target" -name '*.jar' | wc -l) $side jars in $((SECONDS - started)) s"
+    done
+}
+mkdir -p "$CACHE"
+jars_log="$CACHE/jars-copy.log"
+copy_jars >"$jars_log" 2>&1 &
+jars_pid=$!
+
 # 2. Python dependencies, the `streaming` package (editable) and the `router` command.
 if ! stamp_is_current pip pyproject.toml || [[ ! -x "$VENV/bin/router" ]]; then
     if [[ -f "$STAMPS/pip" ]]; then why="pyproject.toml changed"; else why="first install"; fi
@@ -77,29 +113,15 @@ fi
 # driver's (6).
 pyspark_jars="$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
 
-# 3. Jars: copied into a fresh folder, swapped in whole, so no jar of an older pom is left behind.
-for side in spark kafka kafka-tools hdfs-test; do
-    pom="jvm/$side/pom.xml"
-    target="$CACHE/jars/$side"
-    if stamp_is_current "jars-$side" "$pom" && compgen -G "$target/*.jar" >/dev/null; then
-        continue
-    fi
-    if [[ -f "$STAMPS/jars-$side" ]]; then why="$pom changed"; else why="first copy"; fi
-    say "copying the $side jars from Maven Central ($why) into $target"
-    started=$SECONDS
-    rm -rf "$target.tmp"
-    mkdir -p "$CACHE"
-    if ! mvn -q -B -f "$pom" dependency:copy-dependencies -Djars.dir="$target.tmp" \
-        >"$CACHE/mvn-$side.log" 2>&1; then
-        cat "$CACHE/mvn-$side.log" >&2
-        die "mvn could not copy the $side jars (log above, also in $CACHE/mvn-$side.log)"
-    fi
-    rm -rf "$target"
-    mv "$target.tmp" "$target"
-    write_stamp "jars-$side" "$pom"
-    say "$(find "$target" -name '*.jar' | wc -l) $side jars in $((SECONDS - started)) s"
+# The jars' copy (3), started before pip.
+if ! wait "$jars_pid"; then
+    cat "$jars_log" >&2
+    die "the jars could not be copied (log above, also in $jars_log)"
+fi
+if [[ -s "$jars_log" ]]; then
+    cat "$jars_log"
     did_something=1
-done
+fi
 
 # 4. The router's JVM classes (the state processor, the batch plan, the Kafka write), built by Maven
 # (jvm/state/pom.xml) against the versions of the installed pyspark's jars, so that they match the
