@@ -56,7 +56,7 @@ kafka-start: setup ## start the embedded Kafka broker on 127.0.0.1:19092 (state 
 kafka-stop: ## stop the embedded Kafka broker
 	$(BIN)/router kafka stop
 
-bench: setup ## measure the router against the transport, a pass-through and a Python loop (bench/run.py, ~20 min)
+bench: setup ## measure the router against the transport, a pass-through and a Python loop (bench/run.py, 20-30 min)
 	$(BIN)/python -m bench.run
 
 SOAK_MINUTES ?= 20

@@ -8,8 +8,7 @@ class it loaded into a dynamic CDS archive as it exits. Later driver JVMs map th
 of finding, reading and verifying each class again (`streaming.spark.session.archive_options`).
 
 The archive is written to a temporary name and renamed once the JVM has exited, so a run cut short
-leaves no half-written archive behind. It takes about a minute on 2 cores (59-77 s in set-ups on
-fresh machines).
+leaves no half-written archive behind. It takes about a minute on 2 cores.
 """
 
 from __future__ import annotations
