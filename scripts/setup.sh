@@ -76,7 +76,6 @@ copy_jars() {
         say "copying the $side jars from Maven Central ($why) into $target"
         started=$SECONDS
         rm -rf "$target.tmp"
-        mkdir -p "$CACHE"
         if ! mvn -q -B -f "$pom" dependency:copy-dependencies -Djars.dir="$target.tmp" \
             >"$CACHE/mvn-$side.log" 2>&1; then
             cat "$CACHE/mvn-$side.log" >&2
@@ -114,7 +113,10 @@ fi
 pyspark_jars="$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
 
 # The jars' copy (3), started before pip.
-if ! wait "$jars_pid"; then
+copy_status=0
+wait "$jars_pid" || copy_status=$?
+jars_pid=""  # ended: a later `die` has nothing to stop
+if [[ $copy_status -ne 0 ]]; then
     cat "$jars_log" >&2
     die "the jars could not be copied (log above, also in $jars_log)"
 fi
