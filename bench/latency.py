@@ -1,7 +1,8 @@
 """The router's latency under a fixed offered load: `router run` fed at a steady rate.
 
 usage: python -m bench.latency [--rates 1000,10000] [--duration 60] [--warm-up 20] [--routes 10]
-                               [--drain 120] [--state-partitions N] [--bootstrap HOST:PORT]
+                               [--drain 120] [--state-partitions N] [--trigger SECONDS]
+                               [--bootstrap HOST:PORT]
 
 `measure_latency` loads a fresh namespace with instance i1's catalog and routes (`bench.common`),
 starts `router run` (`bench.router_process`), waits until it has routed a probe message, offers a
@@ -10,8 +11,9 @@ messages to i1's outbound topic at that rate for `duration_s` seconds, paced (ea
 own instant, not in bursts), and waits up to `drain_s` seconds for the router to deliver them. Per
 message the latency is the Kafka timestamp of its record in its destination topic minus that of the
 record produced (both CreateTime: the producer here sets the one, the router's Kafka sink the other).
-It reports the percentiles, the offered rate achieved and how many messages arrived, then stops the
-router with SIGINT.
+It reports the percentiles, the offered rate achieved, how many messages arrived and how many
+cores the machine kept busy while the load was offered (every process's: the router's, the
+broker's and the load's own producer), then stops the router with SIGINT.
 
 The warm-up is measured like the others and reported apart (`LatencyRun.warm_up`): in the first
 seconds after it starts, the router's JVM compiles the decision's generated code, and its first
@@ -37,6 +39,7 @@ from bench.common import (
     destination_topics,
     existing,
     kafka,
+    machine_busy_seconds,
     message_id,
     message_values,
     percentile,
@@ -47,7 +50,7 @@ from bench.common import (
 )
 from bench.router_process import RouterProcess, RouterStop, fresh_router
 from streaming import topics
-from streaming.config import DEFAULT_SHUFFLE_PARTITIONS
+from streaming.config import DEFAULT_SHUFFLE_PARTITIONS, DEFAULT_TRIGGER_SECONDS
 from streaming.rules.model import Instance, Route
 
 # Latency is measured from the producer's timestamp: a record waits at most this long to be sent.
@@ -87,6 +90,8 @@ class LatencyResult:
     max_ms: float
     latencies_ms: tuple[float, ...] = field(repr=False, default=())
     """Each received message's latency, sorted (for a CDF)."""
+    busy_cores: float = float("nan")
+    """Cores the whole machine kept busy while the load was offered (`bench.common.machine_busy_seconds`)."""
 
     def percentiles(self) -> dict[str, float]:
         """{"p50": ms, "p95": ms, "p99": ms}, as `bench.chart.render_chart` takes them."""
@@ -103,15 +108,19 @@ class LatencyRun:
     """The load offered first, right after the router started (not one of `results`)."""
 
 
-def offered_load(bootstrap: str, topic: str, values: Sequence[tuple[bytes, bytes]], rate: float) -> Sent:
+def offered_load(
+    bootstrap: str, topic: str, values: Sequence[tuple[bytes, bytes]], rate: float
+) -> tuple[Sent, float]:
     """Produce `values` (key, value) to `topic`, message `n` at `n / rate` seconds after the start.
 
     Each record's timestamp is set when it is handed to the producer; a message behind its
     instant is sent at once (the loop catches up), one ahead of it by more than SLEEP_AHEAD_S waits.
+    Also returns the cores the machine kept busy from the first message to the last.
     """
     producer = Producer({"bootstrap.servers": bootstrap, **LOAD_PRODUCER})
     ids = [message_id(value) for _, value in values]
     stamps: dict[str, int] = {}
+    busy = machine_busy_seconds()
     first = time.monotonic()
     for n, (key, value) in enumerate(values):
         ahead = first + n / rate - time.monotonic()
@@ -122,9 +131,10 @@ def offered_load(bootstrap: str, topic: str, values: Sequence[tuple[bytes, bytes
         producer.poll(0)
         stamps[ids[n]] = stamp
     last = time.monotonic()
+    busy = machine_busy_seconds() - busy
     if producer.flush(60):
         raise RuntimeError(f"offered load: records to {topic} still undelivered after 60 s")
-    return Sent(stamps, first, last)
+    return Sent(stamps, first, last), busy / (last - first) if last > first else float("nan")
 
 
 def wait_for_records(bootstrap: str, names: Sequence[str], count: int, timeout: float) -> bool:
@@ -172,7 +182,7 @@ def measure_load(
     values = list(message_values(count, services, tag=tag))
     before = records_in(bootstrap, names)
     progress(f"latency: offering {rate:,.0f} msg/s for {duration_s:g} s ({count:,} messages)")
-    sent = offered_load(bootstrap, topics.outbound_topic(instance.name, prefix), values, rate)
+    sent, cores = offered_load(bootstrap, topics.outbound_topic(instance.name, prefix), values, rate)
     progress(f"latency: offered {sent.rate:,.0f} msg/s; waiting up to {drain_s:g} s for the router")
     router.ensure_running("the load was routed")
     if not wait_for_records(bootstrap, names, before + count, drain_s):
@@ -189,6 +199,7 @@ def measure_load(
         p99_ms=percentile(found, 99),
         max_ms=float(found[-1]) if found else float("nan"),
         latencies_ms=tuple(float(v) for v in found),
+        busy_cores=cores,
     )
 
 
@@ -202,13 +213,20 @@ def measure_latency(
     drain_s: float = DRAIN_S,
     instance: Instance = I1,
     state_partitions: int | None = None,
+    trigger_s: float | None = None,
 ) -> LatencyRun:
     """One fresh namespace, one `router run`, a warm-up load, then one load per rate; then SIGINT.
 
     `state_partitions`: the router's `shuffle_partitions` (default: the settings' default,
-    `DEFAULT_SHUFFLE_PARTITIONS`), checked by the router as any settings file's.
+    `DEFAULT_SHUFFLE_PARTITIONS`); `trigger_s`: its `trigger_seconds` (default: the settings'
+    default, `DEFAULT_TRIGGER_SECONDS`); both checked by the router as any settings file's.
     """
-    settings = {"shuffle_partitions": state_partitions} if state_partitions is not None else None
+    more: dict[str, object] = {}
+    if state_partitions is not None:
+        more["shuffle_partitions"] = state_partitions
+    if trigger_s is not None:
+        more["trigger_seconds"] = trigger_s
+    settings = more or None
     with fresh_router(bootstrap, instance, routes, settings) as router:
         table = routes_for(routes)
         warm_up = None
@@ -240,6 +258,12 @@ def main() -> None:
         metavar="N",
         help=f"the router's state partitions, its shuffle_partitions (default {DEFAULT_SHUFFLE_PARTITIONS})",
     )
+    parser.add_argument(
+        "--trigger",
+        type=float,
+        metavar="SECONDS",
+        help=f"the router's micro-batch interval, its trigger_seconds (default {DEFAULT_TRIGGER_SECONDS:g})",
+    )
     parser.add_argument("--bootstrap", help="an existing broker (default: start an embedded one)")
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
@@ -252,6 +276,7 @@ def main() -> None:
             routes=args.routes,
             drain_s=args.drain,
             state_partitions=args.state_partitions,
+            trigger_s=args.trigger,
         )
     for r in ([run.warm_up] if run.warm_up else []) + run.results:
         label = "warm-up: " if r is run.warm_up else ""
@@ -259,7 +284,8 @@ def main() -> None:
             f"{label}offered {r.target_rate:,.0f} msg/s (achieved {r.achieved_rate:,.0f}) "
             f"for {r.duration_s:g} s: "
             f"received {r.received:,} of {r.produced:,}; latency ms p50 {r.p50_ms:,.0f}, "
-            f"p95 {r.p95_ms:,.0f}, p99 {r.p99_ms:,.0f}, max {r.max_ms:,.0f}"
+            f"p95 {r.p95_ms:,.0f}, p99 {r.p99_ms:,.0f}, max {r.max_ms:,.0f}; "
+            f"the machine's cores busy {r.busy_cores:.2f}"
         )
     print(run.stop.describe())
 

@@ -502,8 +502,8 @@ def render(
         "",
         f"## Latency and timing (`router run`, default trigger {trigger_s:g} s)",
         "",
-        "| offered msg/s (achieved) | seconds | received | p50 ms | p95 ms | p99 ms | max ms |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| offered msg/s (achieved) | seconds | received | p50 ms | p95 ms | p99 ms | max ms | cores busy |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     latency = latency_run.results
     warm_up = [latency_run.warm_up] if latency_run.warm_up else []
@@ -511,14 +511,16 @@ def render(
         label = "warm-up, right after the start: " if r is latency_run.warm_up else ""
         lines.append(
             f"| {label}{r.target_rate:,.0f} ({r.achieved_rate:,.0f}) | {r.duration_s:g} | {r.received:,} of "
-            f"{r.produced:,} | {r.p50_ms:,.0f} | {r.p95_ms:,.0f} | {r.p99_ms:,.0f} | {r.max_ms:,.0f} |"
+            f"{r.produced:,} | {r.p50_ms:,.0f} | {r.p95_ms:,.0f} | {r.p99_ms:,.0f} | {r.max_ms:,.0f} | "
+            f"{r.busy_cores:.2f} |"
         )
     change = timing.route_change
     retry = timing.retry
     lines += [
         "",
         "The warm-up load is the first after `router run` started, while its JVM compiles the "
-        "decision's code; it is not in the aims (`bench/latency.py`).",
+        "decision's code; it is not in the aims (`bench/latency.py`). Cores busy: the whole "
+        f"machine's (the router, the broker and the load's producer) while the load was offered, of {CORES}.",
         "",
         f"Route change: the first message routed by a route written while the router runs left "
         f"{change.propagation_ms:,} ms after the route's record was written; the micro-batch that "

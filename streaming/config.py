@@ -72,6 +72,9 @@ with 2 in the same round, and 0.9-5.1x (median 2.0x, up to 1.1 s more) with 8: e
 state store is opened and committed in every batch. More partitions for a bigger cluster are set
 at a checkpoint's first start (docs/topics.md, 'Changing the number of state partitions').
 """
+DEFAULT_TRIGGER_SECONDS = 1.0
+"""`router run`'s micro-batch interval when the settings name none (docs/operations.md: what a
+shorter one costs and buys, `python -m bench.latency --trigger` measures it)."""
 _KNOWN = {
     "instance",
     "instances",
@@ -104,7 +107,7 @@ class Settings:
     topic_prefix: str = DEFAULT_PREFIX
     checkpoint_dir: Path | str = Path(".state/checkpoints")
     """A path of the driver's file system, or a Hadoop file system's URL (text: a `Path` folds `//`)."""
-    trigger_seconds: float = 1.0
+    trigger_seconds: float = DEFAULT_TRIGGER_SECONDS
     max_offsets_per_trigger: int = 200_000
     spark_master: str = "local[2]"
     shuffle_partitions: int = DEFAULT_SHUFFLE_PARTITIONS
@@ -244,7 +247,7 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
             checkpoint_dir=_checkpoint_location(
                 raw.get("checkpoint_dir", Path(".state/checkpoints") / instance)
             ),
-            trigger_seconds=float(raw.get("trigger_seconds", 1.0)),
+            trigger_seconds=float(raw.get("trigger_seconds", DEFAULT_TRIGGER_SECONDS)),
             max_offsets_per_trigger=int(raw.get("max_offsets_per_trigger", 200_000)),
             spark_master=str(raw.get("spark_master", "local[2]")),
             shuffle_partitions=int(raw.get("shuffle_partitions", DEFAULT_SHUFFLE_PARTITIONS)),

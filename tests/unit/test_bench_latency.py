@@ -12,6 +12,7 @@ import pytest
 
 from bench import latency, router_process
 from bench.router_process import RouterProcess
+from streaming.config import DEFAULT_TRIGGER_SECONDS, load_settings
 from streaming.rules.model import Instance
 
 
@@ -38,14 +39,8 @@ def test_more_settings_are_lines_of_the_routers_settings_file(
     assert commands[0][-3:] == ["run", "--config", str(router.settings)]
 
 
-@pytest.mark.parametrize(
-    ("partitions", "settings"),
-    # 0 reaches the router, whose settings refuse it, rather than falling back to the default.
-    [(2, {"shuffle_partitions": 2}), (0, {"shuffle_partitions": 0}), (None, None)],
-)
-def test_state_partitions_reach_the_routers_settings(
-    monkeypatch: pytest.MonkeyPatch, partitions: int | None, settings: dict[str, int] | None
-) -> None:
+def settings_given(monkeypatch: pytest.MonkeyPatch, **options: Any) -> list[Mapping[str, object] | None]:
+    """The settings `measure_latency(**options)` hands the router it would start."""
     given: list[Mapping[str, object] | None] = []
 
     @contextmanager
@@ -58,5 +53,47 @@ def test_state_partitions_reach_the_routers_settings(
 
     monkeypatch.setattr(latency, "fresh_router", fresh_router)
     with pytest.raises(Started):
-        latency.measure_latency("127.0.0.1:9", [1000.0], 1.0, state_partitions=partitions)
-    assert given == [settings]
+        latency.measure_latency("127.0.0.1:9", [1000.0], 1.0, **options)
+    return given
+
+
+@pytest.mark.parametrize(
+    ("partitions", "settings"),
+    # 0 reaches the router, whose settings refuse it, rather than falling back to the default.
+    [(2, {"shuffle_partitions": 2}), (0, {"shuffle_partitions": 0}), (None, None)],
+)
+def test_state_partitions_reach_the_routers_settings(
+    monkeypatch: pytest.MonkeyPatch, partitions: int | None, settings: dict[str, int] | None
+) -> None:
+    assert settings_given(monkeypatch, state_partitions=partitions) == [settings]
+
+
+@pytest.mark.parametrize(
+    ("trigger", "partitions", "settings"),
+    [
+        (0.5, None, {"trigger_seconds": 0.5}),
+        (0.25, 2, {"shuffle_partitions": 2, "trigger_seconds": 0.25}),
+        # 0 reaches the router, whose settings refuse it, rather than falling back to the default.
+        (0.0, None, {"trigger_seconds": 0.0}),
+    ],
+)
+def test_the_trigger_reaches_the_routers_settings(
+    monkeypatch: pytest.MonkeyPatch, trigger: float, partitions: int | None, settings: dict[str, float]
+) -> None:
+    assert settings_given(monkeypatch, state_partitions=partitions, trigger_s=trigger) == [settings]
+
+
+def test_the_settings_file_a_trigger_writes_is_read_as_that_micro_batch_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def popen(_command: list[str], **_options: Any) -> subprocess.Popen[bytes]:
+        raise Started
+
+    monkeypatch.setattr(router_process.subprocess, "Popen", popen)
+    given = RouterProcess("127.0.0.1:9", "benchprefix", tmp_path / "given", settings={"trigger_seconds": 0.5})
+    default = RouterProcess("127.0.0.1:9", "benchprefix", tmp_path / "default")
+    for router in (given, default):
+        with pytest.raises(Started):
+            router.start()
+    assert load_settings(given.settings).trigger_seconds == 0.5
+    assert load_settings(default.settings).trigger_seconds == DEFAULT_TRIGGER_SECONDS == 1.0
