@@ -62,17 +62,25 @@ WARM_UP_S = 20.0
 
 @dataclass(frozen=True)
 class Sent:
-    """A load as produced: each message id's record timestamp (ms), and when producing ran."""
+    """A load as produced: each message id's record timestamp (ms), when producing ran, and the
+    CPU seconds the whole machine was busy meanwhile (`bench.common.machine_busy_seconds`)."""
 
     timestamps: dict[str, int]
     first: float
     last: float
+    busy_s: float = float("nan")
 
     @property
     def rate(self) -> float:
         """The offered rate achieved: messages per second between the first and the last."""
         span = self.last - self.first
         return (len(self.timestamps) - 1) / span if span > 0 else float("nan")
+
+    @property
+    def busy_cores(self) -> float:
+        """The cores the machine kept busy between the first message and the last."""
+        span = self.last - self.first
+        return self.busy_s / span if span > 0 else float("nan")
 
 
 @dataclass(frozen=True)
@@ -108,14 +116,11 @@ class LatencyRun:
     """The load offered first, right after the router started (not one of `results`)."""
 
 
-def offered_load(
-    bootstrap: str, topic: str, values: Sequence[tuple[bytes, bytes]], rate: float
-) -> tuple[Sent, float]:
+def offered_load(bootstrap: str, topic: str, values: Sequence[tuple[bytes, bytes]], rate: float) -> Sent:
     """Produce `values` (key, value) to `topic`, message `n` at `n / rate` seconds after the start.
 
     Each record's timestamp is set when it is handed to the producer; a message behind its
     instant is sent at once (the loop catches up), one ahead of it by more than SLEEP_AHEAD_S waits.
-    Also returns the cores the machine kept busy from the first message to the last.
     """
     producer = Producer({"bootstrap.servers": bootstrap, **LOAD_PRODUCER})
     ids = [message_id(value) for _, value in values]
@@ -134,7 +139,7 @@ def offered_load(
     busy = machine_busy_seconds() - busy
     if producer.flush(60):
         raise RuntimeError(f"offered load: records to {topic} still undelivered after 60 s")
-    return Sent(stamps, first, last), busy / (last - first) if last > first else float("nan")
+    return Sent(stamps, first, last, busy)
 
 
 def wait_for_records(bootstrap: str, names: Sequence[str], count: int, timeout: float) -> bool:
@@ -182,7 +187,7 @@ def measure_load(
     values = list(message_values(count, services, tag=tag))
     before = records_in(bootstrap, names)
     progress(f"latency: offering {rate:,.0f} msg/s for {duration_s:g} s ({count:,} messages)")
-    sent, cores = offered_load(bootstrap, topics.outbound_topic(instance.name, prefix), values, rate)
+    sent = offered_load(bootstrap, topics.outbound_topic(instance.name, prefix), values, rate)
     progress(f"latency: offered {sent.rate:,.0f} msg/s; waiting up to {drain_s:g} s for the router")
     router.ensure_running("the load was routed")
     if not wait_for_records(bootstrap, names, before + count, drain_s):
@@ -199,7 +204,7 @@ def measure_load(
         p99_ms=percentile(found, 99),
         max_ms=float(found[-1]) if found else float("nan"),
         latencies_ms=tuple(float(v) for v in found),
-        busy_cores=cores,
+        busy_cores=sent.busy_cores,
     )
 
 

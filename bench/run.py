@@ -69,7 +69,7 @@ from bench.throughput import (
 )
 from bench.timing import TimingRun, measure_timing
 from bench.transport import confluent_copy, consumer_performance, mean_message_size, producer_performance
-from streaming.config import Settings
+from streaming.config import DEFAULT_TRIGGER_SECONDS
 
 CORES = os.cpu_count() or 1
 """The machine's cores: the CPU time a run had is its seconds times these."""
@@ -408,7 +408,7 @@ def render(
     """bench/RESULTS.md from one run's figures."""
     s = figures["settings"]
     t = figures["transport"]
-    trigger_s = Settings.trigger_seconds
+    trigger_s = DEFAULT_TRIGGER_SECONDS
     trigger_ms = trigger_s * 1000
     lines = [
         "# Benchmark results",
