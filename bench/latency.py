@@ -50,7 +50,12 @@ from bench.common import (
 )
 from bench.router_process import RouterProcess, RouterStop, fresh_router
 from streaming import topics
-from streaming.config import DEFAULT_SHUFFLE_PARTITIONS, DEFAULT_TRIGGER_SECONDS
+from streaming.config import (
+    DEFAULT_BUSY_MESSAGES,
+    DEFAULT_BUSY_TRIGGER_SECONDS,
+    DEFAULT_SHUFFLE_PARTITIONS,
+    DEFAULT_TRIGGER_SECONDS,
+)
 from streaming.rules.model import Instance, Route
 
 # Latency is measured from the producer's timestamp: a record waits at most this long to be sent.
@@ -219,18 +224,26 @@ def measure_latency(
     instance: Instance = I1,
     state_partitions: int | None = None,
     trigger_s: float | None = None,
+    busy_trigger_s: float | None = None,
+    busy_messages: int | None = None,
 ) -> LatencyRun:
     """One fresh namespace, one `router run`, a warm-up load, then one load per rate; then SIGINT.
 
     `state_partitions`: the router's `shuffle_partitions` (default: the settings' default,
     `DEFAULT_SHUFFLE_PARTITIONS`); `trigger_s`: its `trigger_seconds` (default: the settings'
-    default, `DEFAULT_TRIGGER_SECONDS`); both checked by the router as any settings file's.
+    default, `DEFAULT_TRIGGER_SECONDS`); `busy_trigger_s` and `busy_messages`: its
+    `busy_trigger_seconds` and `busy_messages` (`busy_trigger_s` equal to `trigger_s`: one
+    interval); all checked by the router as any settings file's.
     """
     more: dict[str, object] = {}
     if state_partitions is not None:
         more["shuffle_partitions"] = state_partitions
     if trigger_s is not None:
         more["trigger_seconds"] = trigger_s
+    if busy_trigger_s is not None:
+        more["busy_trigger_seconds"] = busy_trigger_s
+    if busy_messages is not None:
+        more["busy_messages"] = busy_messages
     settings = more or None
     with fresh_router(bootstrap, instance, routes, settings) as router:
         table = routes_for(routes)
@@ -267,7 +280,21 @@ def main() -> None:
         "--trigger",
         type=float,
         metavar="SECONDS",
-        help=f"the router's micro-batch interval, its trigger_seconds (default {DEFAULT_TRIGGER_SECONDS:g})",
+        help=f"the router's micro-batch interval at a trickle, its trigger_seconds "
+        f"(default {DEFAULT_TRIGGER_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--busy-trigger",
+        type=float,
+        metavar="SECONDS",
+        help="the router's interval once --busy-messages wait, its busy_trigger_seconds "
+        f"(default {DEFAULT_BUSY_TRIGGER_SECONDS:g}; the --trigger's value gives one interval)",
+    )
+    parser.add_argument(
+        "--busy-messages",
+        type=int,
+        metavar="N",
+        help=f"messages waiting that start a batch at the busy interval (default {DEFAULT_BUSY_MESSAGES})",
     )
     parser.add_argument("--bootstrap", help="an existing broker (default: start an embedded one)")
     args = parser.parse_args()
@@ -282,6 +309,8 @@ def main() -> None:
             drain_s=args.drain,
             state_partitions=args.state_partitions,
             trigger_s=args.trigger,
+            busy_trigger_s=args.busy_trigger,
+            busy_messages=args.busy_messages,
         )
     for r in ([run.warm_up] if run.warm_up else []) + run.results:
         label = "warm-up: " if r is run.warm_up else ""

@@ -18,7 +18,7 @@ In order, on the same broker and the same kind of records (`bench.common`):
    them are written (`bench.throughput.run_delayed`);
 6. memory (`bench.memory`): driver heap and state store after `--conversations` conversations,
    and once their kept choices have expired;
-7. latency under a fixed offered load (`bench.latency`), `router run` with its default trigger;
+7. latency under a fixed offered load (`bench.latency`), `router run` with its default intervals;
 8. route-change propagation and delayed-retry precision (`bench.timing`);
 9. the start (`bench.startup`): seconds from `router run`'s start to its first message routed, with
    the driver's class archive and without;
@@ -69,7 +69,7 @@ from bench.throughput import (
 )
 from bench.timing import TimingRun, measure_timing
 from bench.transport import confluent_copy, consumer_performance, mean_message_size, producer_performance
-from streaming.config import DEFAULT_TRIGGER_SECONDS
+from streaming.config import DEFAULT_BUSY_MESSAGES, DEFAULT_BUSY_TRIGGER_SECONDS, DEFAULT_TRIGGER_SECONDS
 
 CORES = os.cpu_count() or 1
 """The machine's cores: the CPU time a run had is its seconds times these."""
@@ -500,7 +500,8 @@ def render(
         f"| after the choices expired | {memory.expired.heap_mb:,.0f} | {memory.expired.state_keys:,} | "
         f"{memory.expired.state_disk_mb:,.1f} |",
         "",
-        f"## Latency and timing (`router run`, default trigger {trigger_s:g} s)",
+        f"## Latency and timing (`router run`, default trigger {trigger_s:g} s, "
+        f"{DEFAULT_BUSY_TRIGGER_SECONDS:g} s once {DEFAULT_BUSY_MESSAGES} messages wait)",
         "",
         "| offered msg/s (achieved) | seconds | received | p50 ms | p95 ms | p99 ms | max ms | cores busy |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",

@@ -8,7 +8,9 @@ is YAML; every key is optional but `instance`:
     bootstrap: 127.0.0.1:19092        # Kafka bootstrap servers (env ROUTER_BOOTSTRAP overrides)
     topic_prefix: router              # topic namespace, 1 to 150 of [A-Za-z0-9._-] (streaming.topics)
     checkpoint_dir: .state/checkpoints/i1    # or a Hadoop file system's URL: hdfs://namenode:8020/router/i1
-    trigger_seconds: 1.0              # micro-batch interval of `router run`
+    trigger_seconds: 1.0              # micro-batch interval of `router run` at a trickle
+    busy_trigger_seconds: 0.5         # the interval once busy_messages wait (0.5 s; = trigger: one interval)
+    busy_messages: 250                # messages waiting that make a batch start at the busy interval
     max_offsets_per_trigger: 200000   # upper bound of records per micro-batch
     spark_master: local[2]            # or spark://host:7077 (env ROUTER_SPARK_MASTER overrides)
     shuffle_partitions: 4             # state partitions, a checkpoint's for life (DEFAULT_SHUFFLE_PARTITIONS)
@@ -75,6 +77,12 @@ at a checkpoint's first start (docs/topics.md, 'Changing the number of state par
 DEFAULT_TRIGGER_SECONDS = 1.0
 """`router run`'s micro-batch interval when the settings name none (docs/operations.md: what a
 shorter one costs and buys, `python -m bench.latency --trigger` measures it)."""
+DEFAULT_BUSY_TRIGGER_SECONDS = 0.5
+"""The interval once `busy_messages` wait: a busy router starts a batch this often, a trickle's
+waits for `trigger_seconds` (docs/operations.md, 'The trigger: latency against CPU')."""
+DEFAULT_BUSY_MESSAGES = 250
+"""How many messages must wait for a batch to start at the busy interval: a quarter of a second's
+traffic at 1,000 msg/s, so a trickle below it costs no more CPU than one 1 s interval."""
 _KNOWN = {
     "instance",
     "instances",
@@ -82,6 +90,8 @@ _KNOWN = {
     "topic_prefix",
     "checkpoint_dir",
     "trigger_seconds",
+    "busy_trigger_seconds",
+    "busy_messages",
     "max_offsets_per_trigger",
     "spark_master",
     "shuffle_partitions",
@@ -108,6 +118,10 @@ class Settings:
     checkpoint_dir: Path | str = Path(".state/checkpoints")
     """A path of the driver's file system, or a Hadoop file system's URL (text: a `Path` folds `//`)."""
     trigger_seconds: float = DEFAULT_TRIGGER_SECONDS
+    """The interval at a trickle: a batch starts this long after the last, whatever waits."""
+    busy_trigger_seconds: float = DEFAULT_BUSY_TRIGGER_SECONDS
+    """The interval once `busy_messages` wait (when shorter than `trigger_seconds`)."""
+    busy_messages: int = DEFAULT_BUSY_MESSAGES
     max_offsets_per_trigger: int = 200_000
     spark_master: str = "local[2]"
     shuffle_partitions: int = DEFAULT_SHUFFLE_PARTITIONS
@@ -136,6 +150,16 @@ class Settings:
         if self.health_stale_s is not None:
             return self.health_stale_s
         return max(30.0, 10.0 * self.trigger_seconds)
+
+    @property
+    def interval_seconds(self) -> float:
+        """How often the query looks for records: the shorter of the two intervals."""
+        return min(self.busy_trigger_seconds, self.trigger_seconds)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a batch starts sooner once `busy_messages` wait (two intervals, not one)."""
+        return self.busy_trigger_seconds < self.trigger_seconds
 
     @property
     def replication(self) -> AskedReplication:
@@ -248,6 +272,8 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
                 raw.get("checkpoint_dir", Path(".state/checkpoints") / instance)
             ),
             trigger_seconds=float(raw.get("trigger_seconds", DEFAULT_TRIGGER_SECONDS)),
+            busy_trigger_seconds=float(raw.get("busy_trigger_seconds", DEFAULT_BUSY_TRIGGER_SECONDS)),
+            busy_messages=int(raw.get("busy_messages", DEFAULT_BUSY_MESSAGES)),
             max_offsets_per_trigger=int(raw.get("max_offsets_per_trigger", 200_000)),
             spark_master=str(raw.get("spark_master", "local[2]")),
             shuffle_partitions=int(raw.get("shuffle_partitions", DEFAULT_SHUFFLE_PARTITIONS)),
@@ -274,6 +300,11 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
         raise ConfigError(f"{where}: shuffle_partitions must be a positive number of state partitions")
     if settings.trigger_seconds <= 0 or settings.max_offsets_per_trigger <= 0:
         raise ConfigError(f"{where}: trigger_seconds and max_offsets_per_trigger must be positive")
+    if settings.busy_trigger_seconds <= 0 or settings.busy_messages <= 0:
+        raise ConfigError(
+            f"{where}: busy_trigger_seconds and busy_messages must be positive (busy_trigger_seconds equal "
+            "to trigger_seconds gives one interval)"
+        )
     if not 0 <= settings.metrics_port < 65536:
         raise ConfigError(
             f"{where}: metrics_port must be 0 (no server) or a TCP port, got {settings.metrics_port}"

@@ -82,7 +82,7 @@ from streaming.spark.session import session_jvm
 from streaming.spark.snapshot import RouteSnapshots
 from streaming.spark.sources import input_stream, tick_name, write_options
 from streaming.spark.state import held_counts, held_figures, read_state, state_counts
-from streaming.spark.tick import TickPace, idle_pace_s
+from streaming.spark.tick import TickPace, idle_pace_s, source_pace_ms
 from streaming.tables.reader import read_instances
 from streaming.topology import Topology
 
@@ -178,7 +178,7 @@ class RouterJob:
             t.retry_s,
             settings.trigger_seconds,
             idle_pace_s(settings.trigger_seconds, settings.health_bound_s),
-            lambda pace_s: self._ticks.pace(self._tick, round(pace_s * 1000)),
+            lambda pace_s: self._ticks.pace(self._tick, source_pace_ms(pace_s, settings.interval_seconds)),
         )
         self._paced = False
         self.totals = RunTotals()
@@ -248,7 +248,11 @@ class RouterJob:
     # --- the streaming query ------------------------------------------------------------------
 
     def start(self, bounded: bool) -> StreamingQuery:
-        """Start the query: micro-batches every `trigger_seconds`, or back to back for a bounded run."""
+        """Start the query: micro-batches at the settings' two intervals, or back to back for a bounded run.
+
+        A run looks for records every `interval_seconds`; its messages source gives a batch once
+        `busy_messages` wait, or once `trigger_seconds` have passed (`sources.busy_options`).
+        """
         self._stopping.clear()
         self._refused = None
         dropped = drop_uncommitted_batch(self.checkpoint)
@@ -279,7 +283,7 @@ class RouterJob:
         # A batch runs only when a source has new records (the tick's, at least). Otherwise the
         # state processor's timers would make Spark add a batch without data after each one.
         self.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        interval = "0 seconds" if bounded else f"{self.settings.trigger_seconds} seconds"
+        interval = "0 seconds" if bounded else f"{self.settings.interval_seconds} seconds"
         # A bounded run's tick keeps one second; a run's slows once nothing can fall due (TickPace).
         # The pace a query of this name was given before is forgotten.
         self._paced = not bounded
@@ -294,7 +298,13 @@ class RouterJob:
         hand_over = self._prepare_plan(partitions)
         try:
             stream = input_stream(
-                self.spark, self.settings, self.topology, self._inputs, self._held, starting
+                self.spark,
+                self.settings,
+                self.topology,
+                self._inputs,
+                self._held,
+                starting,
+                paced=not bounded,
             )
         except BaseException:
             hand_over(None)
@@ -746,6 +756,7 @@ class RouterJob:
         if self._paced:
             busy = metrics.records > 0 or metrics.routed > 0 or metrics.released > 0
             self._pace.after_batch(time.monotonic(), busy, bool(self.requests.pending))
+            self._ticks.ran(self._tick)  # the tick's pace counts from this batch (TickSource.ran)
         seconds, finished = time.monotonic() - started, time.time()
         self.totals.add(metrics)
         if self.metrics is not None:

@@ -129,6 +129,21 @@ def write_options(settings: Settings) -> dict[str, str]:
     return {**PRODUCER_DEFAULTS, **kafka_options(settings), **spark_producer_options()}
 
 
+def busy_options(settings: Settings) -> dict[str, str]:
+    """The messages source's options for two intervals: a batch once `busy_messages` wait, else later.
+
+    The query looks for records every `interval_seconds` (the busy interval); the source gives a
+    batch only when `busy_messages` records wait (`minOffsetsPerTrigger`) or the trickle's interval
+    has passed since its last batch (`maxTriggerDelay`, less half a busy interval, so that the
+    batch that follows it starts at `trigger_seconds` and not one busy interval later). None when
+    the settings give one interval.
+    """
+    if not settings.busy:
+        return {}
+    delay_ms = round((settings.trigger_seconds - settings.interval_seconds / 2) * 1000)
+    return {"minOffsetsPerTrigger": str(settings.busy_messages), "maxTriggerDelay": f"{delay_ms}ms"}
+
+
 def input_stream(
     spark: SparkSession,
     settings: Settings,
@@ -136,6 +151,7 @@ def input_stream(
     inputs: DecisionInputs | None = None,
     held: Any = None,
     starting: Mapping[str, str] | None = None,
+    paced: bool = False,
 ) -> DataFrame:
     """The query's rows as the state processor leaves them (see the module docstring).
 
@@ -143,12 +159,20 @@ def input_stream(
     `held`, a `router.metrics.HeldCounts`, gets how its delayed messages change
     (`streaming.spark.state.apply_state`). `starting`: where a new checkpoint's `messages` and
     `delayed` sources start (Spark's `startingOffsets`), when not at their topics' first records.
+    `paced`: the messages source waits for `busy_messages` or the trickle's interval (`busy_options`;
+    `router run`, not a bounded replay). The delayed and choices sources are never paced: a batch
+    reads back every choice and delayed message the last one wrote (K2, D1).
     """
     t = topology
     starting = starting or {}
     register_functions(spark)
     messages = _kafka(
-        spark, settings, [*t.outbound, *t.inbound], limit=True, starting=starting.get("messages")
+        spark,
+        settings,
+        [*t.outbound, *t.inbound],
+        limit=True,
+        starting=starting.get("messages"),
+        pace=busy_options(settings) if paced else None,
     )
     tick = _tick(spark, tick_name(t)).where(F.lit(False))  # it only makes micro-batches run
     decoding = Decoding.of(t)  # the same columns for the messages and the delayed records
@@ -210,10 +234,12 @@ def _kafka(
     headers: bool = False,
     split: int = 0,
     starting: str | None = None,
+    pace: Mapping[str, str] | None = None,
 ) -> DataFrame:
     """A Kafka source; `split` > 1 reads its records in at least that many tasks (`minPartitions`).
 
-    A new checkpoint reads from `starting` (Spark's `startingOffsets`), by default the first records.
+    A new checkpoint reads from `starting` (Spark's `startingOffsets`), by default the first records;
+    `pace` holds `busy_options`.
     """
     reader = (
         spark.readStream.format("kafka")
@@ -228,6 +254,8 @@ def _kafka(
         reader = reader.option("includeHeaders", "true")
     if split > 1:
         reader = reader.option("minPartitions", str(split))
+    if pace:
+        reader = reader.options(**pace)
     columns = ["topic", "partition", "offset", "value", "timestamp", *(["headers"] if headers else [])]
     return reader.load().select(*columns)
 

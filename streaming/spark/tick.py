@@ -26,6 +26,16 @@ IDLE_PACE_S = 10.0
 """The pace of an idle router's tick, unless `health_stale_s` asks for a shorter one."""
 
 
+def source_pace_ms(pace_s: float, interval_s: float) -> int:
+    """The pace given to the tick's source, for a tick every `pace_s` in a query looking every `interval_s`.
+
+    The source counts its pace from the round of the last batch that ran (`TickSource.ran`), and
+    the query asks only once an interval: asked for a full pace, a tick would come at the round
+    after it, an interval late. Half an interval less lands the tick's batch at the pace.
+    """
+    return max(1, round((pace_s - interval_s / 2) * 1000))
+
+
 def idle_pace_s(trigger_s: float, health_bound_s: float) -> float:
     """An idle router's pace: `IDLE_PACE_S`, at most a third of the health bound, at least a trigger."""
     return max(ACTIVE_PACE_S, trigger_s, min(IDLE_PACE_S, health_bound_s / 3))

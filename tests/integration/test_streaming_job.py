@@ -992,3 +992,62 @@ def test_a_running_router_ticks_every_second_while_a_message_waits_and_slows_onc
     assert all(report.metrics.records == 0 for at, report in reports if at >= quiet)
     # A tick a second ran about nine batches in those 9 s; at the 3 s pace, at most four.
     assert 1 <= len(idle) <= 4, [round(at - quiet, 2) for at in idle]
+
+
+def test_a_trickle_is_read_once_a_trigger_and_the_tick_adds_no_batch_of_its_own(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
+    """Two intervals (`streaming.spark.sources.busy_options`): the query looks every busy interval
+    (here 0.25 s), but a trickle below `busy_messages` is read once a trigger (1 s), and a burst
+    above it at once; the tick counts its pace from the last batch (`TickSource.ran`), so while
+    messages arrive every batch reads some, none runs for the tick alone."""
+    job = router_job(
+        spark,
+        kafka_bootstrap,
+        prefix,
+        tmp_path,
+        trigger_seconds=1.0,
+        busy_trigger_seconds=0.25,
+        busy_messages=1000,
+    )
+    reports: list[tuple[float, BatchReport]] = []
+    running = Running()
+    running.start(lambda stop: job.run(stop, on_batch=lambda r: reports.append((time.monotonic(), r))))
+    outbound = topics.outbound_topic("i1", prefix)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 0})
+
+    def routed() -> int:
+        return sum(report.metrics.routed for _, report in reports)
+
+    def wait_for(what: str, done: Callable[[], bool], within_s: float) -> None:
+        deadline = time.monotonic() + within_s
+        while not done():
+            assert not running.failures and time.monotonic() < deadline, f"{what}: not within {within_s} s"
+            time.sleep(0.1)
+
+    try:
+        producer.produce(outbound, key=b"first", value=message("first", "Audit"))
+        producer.flush(30)
+        wait_for("the first message routed", lambda: routed() == 1, 180)
+        trickle, burst_at = 100, 50  # 10 msg/s for 10 s, and 1,000 at once halfway
+        began = time.monotonic()
+        for n in range(trickle):
+            producer.produce(outbound, key=f"t{n}".encode(), value=message(f"t{n}", "Audit"))
+            producer.poll(0)
+            if n == burst_at:
+                for b in range(1000):
+                    producer.produce(outbound, key=f"b{b}".encode(), value=message(f"b{b}", "Audit"))
+            time.sleep(max(0.0, began + (n + 1) * 0.1 - time.monotonic()))
+        ended = time.monotonic()
+        assert producer.flush(30) == 0
+        wait_for("every message routed", lambda: routed() == 1 + trickle + 1000, 120)
+    finally:
+        running.stop_all()
+        job.close()
+    running.check()
+    # Batches that started and ended within the trickle (a second's margin at each end).
+    window = [report for at, report in reports if began + 1.0 <= at - report.seconds and at <= ended - 1.0]
+    seconds = ended - began - 2.0
+    # One batch a trigger, and the burst's: at a busy interval of 0.25 s, four a second.
+    assert 4 <= len(window) <= seconds + 3, (len(window), round(seconds, 1))
+    assert all(report.metrics.records > 0 for report in window), [r.metrics.records for r in window]

@@ -97,3 +97,11 @@ def test_the_settings_file_a_trigger_writes_is_read_as_that_micro_batch_interval
             router.start()
     assert load_settings(given.settings).trigger_seconds == 0.5
     assert load_settings(default.settings).trigger_seconds == DEFAULT_TRIGGER_SECONDS == 1.0
+
+
+def test_the_busy_interval_and_its_messages_reach_the_routers_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    given = settings_given(monkeypatch, trigger_s=1.0, busy_trigger_s=1.0, busy_messages=500)
+    assert given == [{"trigger_seconds": 1.0, "busy_trigger_seconds": 1.0, "busy_messages": 500}]
+    assert settings_given(monkeypatch, busy_trigger_s=0.25) == [{"busy_trigger_seconds": 0.25}]

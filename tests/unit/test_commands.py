@@ -350,6 +350,30 @@ def test_settings_keep_choices_an_hour_unless_told(tmp_path: Path) -> None:
         load_settings(path)
 
 
+def test_settings_give_two_intervals_unless_the_busy_one_is_no_shorter(tmp_path: Path) -> None:
+    from streaming.spark.sources import busy_options
+
+    default = load_settings(None, instance="i1")
+    assert (default.trigger_seconds, default.busy_trigger_seconds, default.busy_messages) == (1.0, 0.5, 250)
+    assert default.busy and default.interval_seconds == 0.5
+    # The query looks every 0.5 s; the messages source gives a batch once 250 wait, or 0.75 s
+    # after its last (the round after that: a second).
+    assert busy_options(default) == {"minOffsetsPerTrigger": "250", "maxTriggerDelay": "750ms"}
+    path = tmp_path / "s.yaml"
+    path.write_text("instance: i1\ntrigger_seconds: 2\nbusy_trigger_seconds: 0.2\nbusy_messages: 1000\n")
+    given = load_settings(path)
+    assert given.interval_seconds == 0.2
+    assert busy_options(given) == {"minOffsetsPerTrigger": "1000", "maxTriggerDelay": "1900ms"}
+    # A busy interval no shorter than the trigger: one interval, the trigger's, and no pacing.
+    for busy in (1.0, 3.0):
+        one = load_settings(None, instance="i1", busy_trigger_seconds=busy)
+        assert not one.busy and one.interval_seconds == 1.0 and busy_options(one) == {}
+    for key in ("busy_trigger_seconds", "busy_messages"):
+        path.write_text(f"instance: i1\n{key}: 0\n")
+        with pytest.raises(ConfigError, match="busy_trigger_seconds and busy_messages must be positive"):
+            load_settings(path)
+
+
 def test_settings_refuse_a_topic_prefix_kafka_cannot_take(tmp_path: Path) -> None:
     from streaming.config import load_settings
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streaming.spark.tick import ACTIVE_PACE_S, IDLE_PACE_S, TickPace, idle_pace_s
+from streaming.spark.tick import ACTIVE_PACE_S, IDLE_PACE_S, TickPace, idle_pace_s, source_pace_ms
 
 
 def paced(retry_s: float = 5.0, trigger_s: float = 1.0, idle_s: float = 10.0) -> tuple[TickPace, list[float]]:
@@ -53,3 +53,11 @@ def test_the_idle_pace_keeps_healthz_fresh_and_is_never_shorter_than_a_trigger()
     assert idle_pace_s(trigger_s=0.5, health_bound_s=6.0) == 2.0  # a third of the bound
     assert idle_pace_s(trigger_s=0.5, health_bound_s=1.5) == ACTIVE_PACE_S
     assert idle_pace_s(trigger_s=20.0, health_bound_s=200.0) == 20.0
+
+
+def test_the_source_is_asked_for_half_an_interval_less_so_its_tick_lands_at_the_pace() -> None:
+    # Looked at every 0.5 s: a tick 0.75 s after the last batch's round comes at the round 1 s after it.
+    assert source_pace_ms(1.0, 0.5) == 750
+    assert source_pace_ms(10.0, 0.5) == 9_750
+    assert source_pace_ms(1.0, 1.0) == 500
+    assert source_pace_ms(1.0, 4.0) == 1  # never zero: the source refuses a pace that is not positive

@@ -4,6 +4,7 @@ import java.util.EnumSet;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.function.LongSupplier;
 
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
@@ -32,6 +33,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * query (by the {@code name} option). A micro-batch runs only when a source has new data, so an
  * idle router whose pace is long runs few batches: measured on 2 cores, an idle {@code router run}
  * used 42-44 s of JVM CPU a minute with a tick every second, and 2.5 s with no tick at all.
+ *
+ * <p>Its pace counts from the last micro-batch the query ran, whichever source's data started it:
+ * the driver says when one {@linkplain #ran ran}, so a busy query, whose messages start a batch
+ * every half second, gets no batch of the tick's own in between.
  *
  * <p>An offset is the epoch millisecond of the tick, as a plain JSON number: the same form as
  * Spark's rate source, which gave the tick before, so a checkpoint it wrote resumes with this one
@@ -63,9 +68,22 @@ public final class TickSource implements TableProvider {
     return PACES.getOrDefault(name, DEFAULT_PACE_MS);
   }
 
-  /** Forget the pace set for {@code name}: a later query by that name starts at one second. */
+  private static final Set<String> RAN = ConcurrentHashMap.newKeySet();
+
+  /** A micro-batch of the query named {@code name} ran: its tick's pace counts from that batch's round. */
+  public static void ran(String name) {
+    RAN.add(name);
+  }
+
+  /** Whether a batch of {@code name} ran since this was last asked (the news is taken once). */
+  static boolean tookRan(String name) {
+    return RAN.remove(name);
+  }
+
+  /** Forget the pace set for {@code name}, and its last batch: a later query by that name starts afresh. */
   public static void forget(String name) {
     PACES.remove(name);
+    RAN.remove(name);
   }
 
   @Override
@@ -123,7 +141,7 @@ public final class TickSource implements TableProvider {
 
             @Override
             public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-              return new Stream(name);
+              return new Stream(name, System::nanoTime);
             }
           };
     }
@@ -142,20 +160,32 @@ public final class TickSource implements TableProvider {
     }
   }
 
-  private static final class Stream implements MicroBatchStream {
+  static final class Stream implements MicroBatchStream {
     private final String name;
+    private final LongSupplier nanos;
     private long last;
-    /** When the last tick came, by the monotonic clock (its pace is not upset by the wall clock's steps). */
+    /**
+     * When the last tick came, or the round of the last batch that ran, by the monotonic clock (its
+     * pace is not upset by the wall clock's steps).
+     */
     private long lastAtNanos;
     private boolean ticked;
+    /** When the query last asked for the latest offset: the round whose batch, if one ran, planned it. */
+    private long roundAtNanos;
 
-    Stream(String name) {
+    Stream(String name, LongSupplier nanos) {
       this.name = name;
+      this.nanos = nanos;
     }
 
     @Override
     public synchronized Offset latestOffset() {
-      long now = System.nanoTime();
+      long now = nanos.getAsLong();
+      // A batch ran since the last round: the round that planned it counts as a tick.
+      if (tookRan(name) && ticked) {
+        lastAtNanos = Math.max(lastAtNanos, roundAtNanos);
+      }
+      roundAtNanos = now;
       if (due(ticked ? now - lastAtNanos : -1L, paceOf(name))) {
         last = next(last, System.currentTimeMillis());
         lastAtNanos = now;

@@ -33,4 +33,65 @@ class TickSourceTest {
     assertEquals(TickSource.DEFAULT_PACE_MS, TickSource.paceOf(name));
     assertThrows(IllegalArgumentException.class, () -> TickSource.pace(name, 0L));
   }
+
+  /** A clock the test moves by hand, in milliseconds. */
+  private static final class Clock {
+    long ms;
+
+    long nanos() {
+      return ms * 1_000_000L;
+    }
+  }
+
+  /** A query's tick after two rounds, 0 and 500 ms: the first ticked, the second had nothing new. */
+  private static final class TwoRounds {
+    final Clock clock = new Clock();
+    final TickSource.Stream stream;
+    final String first;
+
+    TwoRounds(String name) {
+      TickSource.forget(name);
+      stream = new TickSource.Stream(name, clock::nanos);
+      first = stream.latestOffset().json(); // the first round ticks at once
+      clock.ms = 500L;
+      assertEquals(first, stream.latestOffset().json());
+    }
+
+    String at(long ms) {
+      clock.ms = ms;
+      return stream.latestOffset().json();
+    }
+  }
+
+  @Test
+  void aBatchThatRanForAnySourceRestartsThePace() {
+    String name = "router-tick-ran-test";
+    TwoRounds rounds = new TwoRounds(name); // the second round's messages start a batch
+    String first = rounds.first;
+    TickSource.ran(name);
+    // A second after the tick, but half a second after the batch's round: nothing new.
+    assertEquals(first, rounds.at(1_000L));
+    assertEquals(first, rounds.at(1_499L));
+    // A second after the batch's round: the tick's own batch.
+    assertTrue(Long.parseLong(rounds.at(1_500L)) > Long.parseLong(first));
+    TickSource.forget(name);
+  }
+
+  @Test
+  void withoutABatchTheTickKeepsItsOwnPace() {
+    TwoRounds rounds = new TwoRounds("router-tick-idle-test");
+    // No batch ran in between: a second after the last tick, the next.
+    assertTrue(Long.parseLong(rounds.at(1_000L)) > Long.parseLong(rounds.first));
+  }
+
+  @Test
+  void forgettingAQueryDropsTheNewsOfItsLastBatch() {
+    String name = "router-tick-forget-test";
+    TickSource.ran(name);
+    TickSource.forget(name);
+    assertFalse(TickSource.tookRan(name));
+    TickSource.ran(name);
+    assertTrue(TickSource.tookRan(name));
+    assertFalse(TickSource.tookRan(name)); // the news is taken once
+  }
 }
