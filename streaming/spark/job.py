@@ -44,6 +44,7 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from streaming import topics
 from streaming.config import Settings
+from streaming.contract import Outcome
 from streaming.errors import ConfigError, KafkaUnavailable, RouterError, short_error
 from streaming.kafka.admin import (
     admin_client,
@@ -756,7 +757,12 @@ class RouterJob:
         if self._paced:
             busy = metrics.records > 0 or metrics.routed > 0 or metrics.released > 0
             self._pace.after_batch(time.monotonic(), busy, bool(self.requests.pending))
-            self._ticks.ran(self._tick)  # the tick's pace counts from this batch (TickSource.ran)
+            # The tick's pace counts from this batch, and it comes when what the batch delayed falls
+            # due (D2), whatever batches run in between (TickSource.ran, ranDelaying).
+            if metrics.outcomes.get(Outcome.DELAYED.value, 0):
+                self._ticks.ranDelaying(self._tick, round(self.topology.retry_s * 1000))
+            else:
+                self._ticks.ran(self._tick)
         seconds, finished = time.monotonic() - started, time.time()
         self.totals.add(metrics)
         if self.metrics is not None:

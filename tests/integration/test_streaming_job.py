@@ -6,6 +6,7 @@ Each test has its own topic prefix, so its routes, catalogs and message topics a
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import time
 import uuid
@@ -1051,3 +1052,44 @@ def test_a_trickle_is_read_once_a_trigger_and_the_tick_adds_no_batch_of_its_own(
     # One batch a trigger, and the burst's: at a busy interval of 0.25 s, four a second.
     assert 4 <= len(window) <= seconds + 3, (len(window), round(seconds, 1))
     assert all(report.metrics.records > 0 for report in window), [r.metrics.records for r in window]
+
+
+def test_a_retry_comes_when_it_falls_due_though_other_batches_ran_since_its_delay(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
+    """D2 with the default two intervals: the batch that reads a delayed record back runs half a
+    second after the one that delayed it, and the tick's pace counts from it; the tick still comes
+    when the message falls due (`TickSource.ranDelaying`), not a round later."""
+    i1 = replace(I1, retry_s=2.0)
+    publish_catalogs(kafka_bootstrap, [i1, I2], topics.catalogs_topic(prefix))
+    job = router_job(spark, kafka_bootstrap, prefix, tmp_path)
+    assert job.settings.busy  # the defaults: a batch every 0.5 s once busy, else a second
+    running = Running()
+    running.start(lambda stop: job.run(stop))
+    delayed_topic = topics.delayed_topic("i1", prefix)
+
+    def delays() -> list[dict[str, str]]:
+        return [headers for headers, v in read_all(kafka_bootstrap, delayed_topic) if v is not None]
+
+    try:
+        produce(kafka_bootstrap, topics.outbound_topic("i1", prefix), [("c1", message("c1", "Later"))])
+        deadline = time.monotonic() + 180
+        while len(delays()) < 5:  # no route: delayed, and delayed again each time it falls due
+            assert not running.failures and time.monotonic() < deadline, "five delays not within 180 s"
+            time.sleep(0.5)
+    finally:
+        running.stop_all()
+        job.close()
+    running.check()
+
+    def ms(text: str) -> float:
+        return (
+            datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp() * 1000
+        )
+
+    records = delays()
+    late = [ms(b["decided_at"]) - ms(a["due_at"]) for a, b in itertools.pairwise(records)]
+    # The state processor releases a conversation up to 100 ms before it is due; a retry a round
+    # late would be 500 ms late each time.
+    assert all(-150 <= x < 1000 for x in late), late
+    assert sorted(late)[len(late) // 2] < 250, late

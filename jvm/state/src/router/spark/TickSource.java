@@ -3,6 +3,7 @@ package router.spark;
 import java.util.EnumSet;
 import java.util.Map;
 import java.util.Set;
+import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.LongSupplier;
 
@@ -36,7 +37,9 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  *
  * <p>Its pace counts from the last micro-batch the query ran, whichever source's data started it:
  * the driver says when one {@linkplain #ran ran}, so a busy query, whose messages start a batch
- * every half second, gets no batch of the tick's own in between.
+ * every half second, gets no batch of the tick's own in between. A batch that delayed messages
+ * also says {@linkplain #ranDelaying when they fall due}, and the tick comes then: a retry is not put
+ * off by the batches that ran after the one that delayed it.
  *
  * <p>An offset is the epoch millisecond of the tick, as a plain JSON number: the same form as
  * Spark's rate source, which gave the tick before, so a checkpoint it wrote resumes with this one
@@ -68,15 +71,31 @@ public final class TickSource implements TableProvider {
     return PACES.getOrDefault(name, DEFAULT_PACE_MS);
   }
 
-  private static final Set<String> RAN = ConcurrentHashMap.newKeySet();
+  /** Per query: a batch ran since its tick last asked; the retry of what it delayed, or {@link #NONE}. */
+  private static final Map<String, Long> RAN = new ConcurrentHashMap<>();
+
+  static final long NONE = -1L;
 
   /** A micro-batch of the query named {@code name} ran: its tick's pace counts from that batch's round. */
   public static void ran(String name) {
-    RAN.add(name);
+    RAN.merge(name, NONE, Math::max);
   }
 
-  /** Whether a batch of {@code name} ran since this was last asked (the news is taken once). */
-  static boolean tookRan(String name) {
+  /**
+   * A micro-batch of {@code name} ran and delayed messages, which fall due {@code retryMs} after its
+   * time (D2): besides counting its pace from that batch, the tick comes at the first round from then
+   * on (less the state processor's {@link ConversationState#DUE_MARGIN_MS}), so that a batch runs when
+   * they fall due, whatever batches ran in between.
+   */
+  public static void ranDelaying(String name, long retryMs) {
+    if (retryMs < 0) {
+      throw new IllegalArgumentException("a retry time must not be negative, got " + retryMs + " ms");
+    }
+    RAN.merge(name, retryMs, Math::max);
+  }
+
+  /** The news of the batches of {@code name} that ran since this was last asked (taken once): null when none. */
+  static Long tookRan(String name) {
     return RAN.remove(name);
   }
 
@@ -141,7 +160,7 @@ public final class TickSource implements TableProvider {
 
             @Override
             public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-              return new Stream(name, System::nanoTime);
+              return new Stream(name, System::nanoTime, System::currentTimeMillis);
             }
           };
     }
@@ -163,6 +182,7 @@ public final class TickSource implements TableProvider {
   static final class Stream implements MicroBatchStream {
     private final String name;
     private final LongSupplier nanos;
+    private final LongSupplier wallMs;
     private long last;
     /**
      * When the last tick came, or the round of the last batch that ran, by the monotonic clock (its
@@ -172,22 +192,36 @@ public final class TickSource implements TableProvider {
     private boolean ticked;
     /** When the query last asked for the latest offset: the round whose batch, if one ran, planned it. */
     private long roundAtNanos;
+    /** That round by the wall clock, which the batch's time (and so its messages' due times) is read from. */
+    private long roundAtMs;
+    /** When delayed messages fall due, by the wall clock: the tick comes at the first round from each. */
+    private final TreeSet<Long> dueAtMs = new TreeSet<>();
 
-    Stream(String name, LongSupplier nanos) {
+    Stream(String name, LongSupplier nanos, LongSupplier wallMs) {
       this.name = name;
       this.nanos = nanos;
+      this.wallMs = wallMs;
     }
 
     @Override
     public synchronized Offset latestOffset() {
       long now = nanos.getAsLong();
-      // A batch ran since the last round: the round that planned it counts as a tick.
-      if (tookRan(name) && ticked) {
+      long wall = wallMs.getAsLong();
+      // A batch ran since the last round: the round that planned it counts as a tick, and what it
+      // delayed falls due a retry after it.
+      Long ran = tookRan(name);
+      if (ran != null && ticked) {
         lastAtNanos = Math.max(lastAtNanos, roundAtNanos);
+        if (ran >= 0) {
+          dueAtMs.add(roundAtMs + ran - ConversationState.DUE_MARGIN_MS);
+        }
       }
       roundAtNanos = now;
-      if (due(ticked ? now - lastAtNanos : -1L, paceOf(name))) {
-        last = next(last, System.currentTimeMillis());
+      roundAtMs = wall;
+      boolean fallsDue = !dueAtMs.isEmpty() && dueAtMs.first() <= wall;
+      if (fallsDue || due(ticked ? now - lastAtNanos : -1L, paceOf(name))) {
+        dueAtMs.headSet(wall, true).clear();
+        last = next(last, wall);
         lastAtNanos = now;
         ticked = true;
       }

@@ -2,6 +2,7 @@ package router.spark;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -41,6 +42,10 @@ class TickSourceTest {
     long nanos() {
       return ms * 1_000_000L;
     }
+
+    long wall() {
+      return 1_800_000_000_000L + ms;
+    }
   }
 
   /** A query's tick after two rounds, 0 and 500 ms: the first ticked, the second had nothing new. */
@@ -51,7 +56,7 @@ class TickSourceTest {
 
     TwoRounds(String name) {
       TickSource.forget(name);
-      stream = new TickSource.Stream(name, clock::nanos);
+      stream = new TickSource.Stream(name, clock::nanos, clock::wall);
       first = stream.latestOffset().json(); // the first round ticks at once
       clock.ms = 500L;
       assertEquals(first, stream.latestOffset().json());
@@ -89,9 +94,41 @@ class TickSourceTest {
     String name = "router-tick-forget-test";
     TickSource.ran(name);
     TickSource.forget(name);
-    assertFalse(TickSource.tookRan(name));
+    assertNull(TickSource.tookRan(name));
     TickSource.ran(name);
-    assertTrue(TickSource.tookRan(name));
-    assertFalse(TickSource.tookRan(name)); // the news is taken once
+    TickSource.ranDelaying(name, 2_000L);
+    TickSource.ran(name); // a later batch that delayed nothing keeps the news of the one that did
+    assertEquals(2_000L, TickSource.tookRan(name));
+    assertNull(TickSource.tookRan(name)); // the news is taken once
+    assertThrows(IllegalArgumentException.class, () -> TickSource.ranDelaying(name, -1L));
+  }
+
+  @Test
+  void theTickComesWhenWhatABatchDelayedFallsDueWhateverRanSince() {
+    String name = "router-tick-due-test";
+    TickSource.forget(name);
+    Clock clock = new Clock();
+    TickSource.Stream stream = new TickSource.Stream(name, clock::nanos, clock::wall);
+    String first = stream.latestOffset().json(); // round 0: its batch delays messages for 2 s
+    TickSource.ranDelaying(name, 2_000L);
+    clock.ms = 500L; // the delayed records' read-back starts a batch; the tick has nothing new
+    assertEquals(first, stream.latestOffset().json());
+    TickSource.ran(name);
+    clock.ms = 1_000L;
+    assertEquals(first, stream.latestOffset().json());
+    clock.ms = 1_500L; // a second after the read-back's round: the pace's tick
+    String paced = stream.latestOffset().json();
+    assertTrue(Long.parseLong(paced) > Long.parseLong(first));
+    TickSource.ran(name);
+    clock.ms = 1_899L;
+    assertEquals(paced, stream.latestOffset().json());
+    // 2 s after the round that delayed them, less the state processor's margin: they fall due.
+    clock.ms = 1_900L;
+    String fell = stream.latestOffset().json();
+    assertTrue(Long.parseLong(fell) > Long.parseLong(paced));
+    TickSource.ran(name);
+    clock.ms = 2_400L; // the due time is taken once: from here the pace again
+    assertEquals(fell, stream.latestOffset().json());
+    TickSource.forget(name);
   }
 }
