@@ -305,7 +305,7 @@ class RouterJob:
                 self._inputs,
                 self._held,
                 starting,
-                paced=not bounded,
+                paced=self._paced,
             )
         except BaseException:
             hand_over(None)

@@ -36,6 +36,7 @@ from streaming.rules.model import Instance
 from streaming.spark.decision import DecisionInputs
 from streaming.spark.session import session_jvm
 from streaming.spark.state import DELAYED_AT, apply_state, as_choices, as_delayed, as_messages
+from streaming.spark.tick import source_pace_ms
 from streaming.tables.validate import ADDRESS_MAX, SYSNAME_MAX
 from streaming.topology import TopicKind, Topology
 
@@ -140,7 +141,7 @@ def busy_options(settings: Settings) -> dict[str, str]:
     """
     if not settings.busy:
         return {}
-    delay_ms = round((settings.trigger_seconds - settings.interval_seconds / 2) * 1000)
+    delay_ms = source_pace_ms(settings.trigger_seconds, settings.interval_seconds)
     return {"minOffsetsPerTrigger": str(settings.busy_messages), "maxTriggerDelay": f"{delay_ms}ms"}
 
 

@@ -27,11 +27,12 @@ IDLE_PACE_S = 10.0
 
 
 def source_pace_ms(pace_s: float, interval_s: float) -> int:
-    """The pace given to the tick's source, for a tick every `pace_s` in a query looking every `interval_s`.
+    """The wait to give a source, for a batch of its own every `pace_s` in a query looking every `interval_s`.
 
-    The source counts its pace from the round of the last batch that ran (`TickSource.ran`), and
-    the query asks only once an interval: asked for a full pace, a tick would come at the round
-    after it, an interval late. Half an interval less lands the tick's batch at the pace.
+    A source counts its wait from the round of its last batch (the tick's from the last batch that
+    ran, `TickSource.ran`; the messages source's `maxTriggerDelay`, `sources.busy_options`), and
+    the query asks only once an interval: asked for a full pace, its batch would come at the round
+    after it, an interval late. Half an interval less lands the batch at the pace.
     """
     return max(1, round((pace_s - interval_s / 2) * 1000))
 

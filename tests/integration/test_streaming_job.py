@@ -25,6 +25,7 @@ from streaming import topics
 from streaming.config import load_settings
 from streaming.contract import MESSAGE_HEADERS
 from streaming.directory import Answer, DirectoryService, parse_directory
+from streaming.instants import parse_instant
 from streaming.kafka.admin import ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
 from streaming.kafka.consuming import header_pairs
@@ -1083,9 +1084,9 @@ def test_a_retry_comes_when_it_falls_due_though_other_batches_ran_since_its_dela
     running.check()
 
     def ms(text: str) -> float:
-        return (
-            datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp() * 1000
-        )
+        instant = parse_instant(text)
+        assert instant is not None, text
+        return instant.timestamp() * 1000
 
     records = delays()
     late = [ms(b["decided_at"]) - ms(a["due_at"]) for a, b in itertools.pairwise(records)]
