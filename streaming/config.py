@@ -177,9 +177,12 @@ class Settings:
             k: ("***" if any(w in k.lower() for w in _SECRET_WORDS) else v)
             for k, v in self.kafka_options.items()
         }
+        trigger = f"trigger={self.trigger_seconds}s"
+        if self.busy:
+            trigger += f" busy_trigger={self.busy_trigger_seconds}s busy_messages={self.busy_messages}"
         return (
             f"instance={','.join(self.instances)} kafka={self.kafka.describe()} prefix={self.topic_prefix} "
-            f"checkpoint={self.checkpoint_dir} trigger={self.trigger_seconds}s master={self.spark_master} "
+            f"checkpoint={self.checkpoint_dir} {trigger} master={self.spark_master} "
             f"kafka_options={options}"
         )
 

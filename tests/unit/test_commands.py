@@ -368,6 +368,9 @@ def test_settings_give_two_intervals_unless_the_busy_one_is_no_shorter(tmp_path:
     for busy in (1.0, 3.0):
         one = load_settings(None, instance="i1", busy_trigger_seconds=busy)
         assert not one.busy and one.interval_seconds == 1.0 and busy_options(one) == {}
+        assert " trigger=1.0s master=" in one.describe()
+    # The settings line a run logs names both intervals when there are two.
+    assert " trigger=2.0s busy_trigger=0.2s busy_messages=1000 master=" in given.describe()
     for key in ("busy_trigger_seconds", "busy_messages"):
         path.write_text(f"instance: i1\n{key}: 0\n")
         with pytest.raises(ConfigError, match="busy_trigger_seconds and busy_messages must be positive"):
