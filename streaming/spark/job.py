@@ -82,7 +82,7 @@ from streaming.spark.rotation import RotationStore
 from streaming.spark.session import session_jvm
 from streaming.spark.snapshot import RouteSnapshots
 from streaming.spark.sources import input_stream, tick_name, write_options
-from streaming.spark.state import held_counts, held_figures, read_state, state_counts
+from streaming.spark.state import held_counts, held_figures, held_timers, read_state, state_counts
 from streaming.spark.tick import TickPace, idle_pace_s, source_pace_ms
 from streaming.tables.reader import read_instances
 from streaming.topology import Topology
@@ -278,9 +278,9 @@ class RouterJob:
         starting = self._starting_offsets()
         self.rotation = RotationStore.load(self.checkpoint)
         self._live(state="starting", error=None, batch_since=None)
-        if self.metrics is not None and self._held is None:
+        count_held = self.metrics is not None and self._held is None
+        if count_held:
             self._held = held_counts(self.spark)
-            self._count_held_from(logged_batches(self.checkpoint / "commits"))
         # A batch runs only when a source has new records (the tick's, at least). Otherwise the
         # state processor's timers would make Spark add a batch without data after each one.
         self.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
@@ -291,6 +291,7 @@ class RouterJob:
         self._ticks.forget(self._tick)
         if self._paced:
             self._pace.started(time.monotonic())
+        self._read_resumed(logged_batches(self.checkpoint / "commits"), count_held)
         # The query is not kept on the job. Its callback, this job's `process_batch`, is held by
         # py4j for as long as the JVM holds the query, and the JVM holds it for as long as Python
         # does: a job that kept its query would keep itself, its route snapshots and the JVM
@@ -615,30 +616,45 @@ class RouterJob:
 
         threading.Thread(target=probe, name="router-kafka-probe", daemon=True).start()
 
-    def _count_held_from(self, committed: list[int]) -> None:
-        """Add what the state held delayed when the job started to the metrics, read in the background.
+    def _read_resumed(self, committed: list[int], count_held: bool) -> None:
+        """Read what the resumed checkpoint's state holds delayed, in the background, for whom needs it.
 
-        The figures of the last committed batch are read from the state store while the query
-        runs; the batches after it add their changes meanwhile, and the sum is the same in any order.
+        `count_held`: the metrics' figures start from it; a paced query's tick is told when its
+        timers fall due (`held_timers`, D2). The state the last committed batch left is read while
+        the query runs; the batches after it add their changes meanwhile, and the sum is the same in
+        any order. A new checkpoint holds nothing.
         """
-        assert self.metrics is not None
-        held = self.metrics.held
+        held = self.metrics.held if count_held and self.metrics is not None else None
         if not committed:
-            held.ready()  # a new checkpoint holds nothing
+            if held is not None:
+                held.ready()
+            return
+        if held is None and not self._paced:
             return
         last = max(committed)
         # Spark's state data source finds the state store's coordinator only once the session's
         # streaming query manager exists: in a new process, before the query starts, it does not.
         _ = self.spark.streams
+        tick, ticks = self._tick, self._ticks
+        timers = self._paced
 
         def read() -> None:
-            try:
-                held.add(held_figures(self.spark, self.checkpoint, last))
-                held.ready()
-            except Exception as error:  # the metrics stay absent; the routing goes on
-                log.warning("could not read the delayed messages the state holds: %s", short_error(error))
+            if timers:
+                try:
+                    ticks.fallDue(tick, held_timers(self.spark, self.checkpoint, last))
+                except Exception as error:  # the tick keeps its pace; the routing goes on
+                    log.warning(
+                        "could not read when the delayed messages the state holds fall due: %s",
+                        short_error(error),
+                    )
+            if held is not None:
+                try:
+                    held.add(held_figures(self.spark, self.checkpoint, last))
+                    held.ready()
+                except Exception as error:  # the metrics stay absent; the routing goes on
+                    log.warning("could not read the delayed messages the state holds: %s", short_error(error))
 
-        threading.Thread(target=read, name="router-held-figures", daemon=True).start()
+        threading.Thread(target=read, name="router-resumed-state", daemon=True).start()
 
     def _report(
         self,

@@ -210,6 +210,30 @@ def held_figures(spark: SparkSession, checkpoint: CheckpointPath, batch_id: int)
     return out
 
 
+RESUMED_TIMERS = 10_000
+"""At most how many of the resumed state's timers `held_timers` gives the tick: the earliest."""
+
+
+def held_timers(
+    spark: SparkSession, checkpoint: CheckpointPath, batch_id: int, limit: int = RESUMED_TIMERS
+) -> list[int]:
+    """When the timers of the endpoints holding delayed messages fall due, as batch `batch_id` left them.
+
+    Epoch milliseconds, distinct, the earliest `limit` of them: what a restarted job tells its
+    tick (`router.spark.TickSource.fallDue`), so that what it held falls due on time (D2). A
+    message retried after the restart and delayed again is told of by its batch.
+    """
+    timers = (
+        read_state(spark, checkpoint, batch_id)
+        .where(F.size("value.waiting") > 0)
+        .select(F.col("value.timer_ms").alias("at"))
+        .distinct()
+        .orderBy("at")
+        .limit(limit)
+    )
+    return [int(row["at"]) for row in timers.collect()]
+
+
 def read_state(spark: SparkSession, checkpoint: CheckpointPath, batch_id: int | None = None) -> DataFrame:
     """The conversation memory a query's checkpoint holds, as batch `batch_id` (default: the last) left it.
 

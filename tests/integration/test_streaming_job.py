@@ -32,6 +32,7 @@ from streaming.kafka.consuming import header_pairs
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, Database, Instance, Route, normalize_address
 from streaming.spark.job import RouterJob
 from streaming.spark.progress import BatchReport
+from streaming.spark.state import held_timers
 from streaming.tables.reader import read_routes
 from streaming.tables.topic_io import publish_catalogs, put_route
 from tests.running import Running
@@ -1094,3 +1095,73 @@ def test_a_retry_comes_when_it_falls_due_though_other_batches_ran_since_its_dela
     # late would be 500 ms late each time.
     assert all(-150 <= x < 1000 for x in late), late
     assert sorted(late)[len(late) // 2] < 250, late
+
+
+def test_what_a_restarted_job_holds_falls_due_on_time_not_a_pace_later(
+    spark: SparkSession, kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
+    """D2 across a restart: the job reads when the timers of the state it resumed fall due
+    (`held_timers`) and its tick comes then (`TickSource.fallDue`), not at its pace, a second
+    from the last batch, which would retry most of what it held up to a second late."""
+    i1 = replace(I1, retry_s=25.0)
+    publish_catalogs(kafka_bootstrap, [i1, I2], topics.catalogs_topic(prefix))
+    outbound, delayed_topic = topics.outbound_topic("i1", prefix), topics.delayed_topic("i1", prefix)
+
+    def delays() -> dict[str, list[dict[str, str]]]:
+        out: dict[str, list[dict[str, str]]] = {}
+        for headers, value in read_all(kafka_bootstrap, delayed_topic):
+            if value is not None:
+                out.setdefault(str(decode_message(value)["conversation_id"]), []).append(headers)
+        return out
+
+    def ms(text: str) -> int:
+        instant = parse_instant(text)
+        assert instant is not None, text
+        return round(instant.timestamp() * 1000)
+
+    def run_until(
+        job: RouterJob, done: Callable[[], bool], what: str, then: Callable[[], None] = lambda: None
+    ) -> None:
+        running = Running()
+        running.start(lambda stop: job.run(stop))
+        try:
+            then()
+            deadline = time.monotonic() + 180
+            while not done():
+                assert not running.failures and time.monotonic() < deadline, f"{what} not within 180 s"
+                time.sleep(0.25)
+            time.sleep(2.0)  # the delayed records are read back, and held
+        finally:
+            running.stop_all()
+            job.close()
+        running.check()
+
+    # One interval of a quarter of a second: once the query runs (its first delay), twelve more
+    # conversations with no route, one every 0.3 s, are delayed in batches all over a second.
+    def send() -> None:
+        produce(kafka_bootstrap, outbound, [("c0", message("c0", "Later"))])
+        deadline = time.monotonic() + 180
+        while not delays():
+            assert time.monotonic() < deadline, "no delay within 180 s"
+            time.sleep(0.1)
+        for n in range(1, 13):
+            produce(kafka_bootstrap, outbound, [(f"c{n}", message(f"c{n}", "Later"))])
+            time.sleep(0.3)
+
+    first_run = router_job(spark, kafka_bootstrap, prefix, tmp_path, trigger_seconds=0.25)
+    run_until(first_run, lambda: len(delays()) == 13, "thirteen delays", send)
+    due = {c: ms(h[0]["due_at"]) for c, h in delays().items()}
+    assert len({(d // 250) % 4 for d in due.values()}) >= 3, due
+    # The processor's timers of what it holds: a due time each, less its margin (D2).
+    query = tmp_path / "i1" / "query"
+    last = max(int(p.name) for p in (query / "commits").iterdir() if p.name.isdigit())
+    assert held_timers(spark, query, last) == sorted({d - 100 for d in due.values()})
+    assert min(due.values()) > time.time() * 1000 + 5000, "the restart comes before they fall due"
+
+    again = router_job(spark, kafka_bootstrap, prefix, tmp_path, trigger_seconds=0.25)
+    run_until(again, lambda: all(len(h) >= 2 for h in delays().values()), "the retries")
+    late = sorted(ms(h[1]["decided_at"]) - due[c] for c, h in delays().items())
+    # Each comes at the restarted query's first round from its timer, a quarter of a second apart:
+    # up to 100 ms before its due time (the margin), 150 ms after it and a batch's start (measured:
+    # -76 to 169 ms). At the tick's own pace, a batch a second, they came up to 828 ms late.
+    assert late[0] >= -150 and late[-1] < 350, late

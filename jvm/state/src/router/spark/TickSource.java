@@ -1,10 +1,12 @@
 package router.spark;
 
 import java.util.EnumSet;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentSkipListSet;
 import java.util.function.LongSupplier;
 
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -39,7 +41,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * the driver says when one {@linkplain #ran ran}, so a busy query, whose messages start a batch
  * every half second, gets no batch of the tick's own in between. A batch that delayed messages
  * also says {@linkplain #ranDelaying when they fall due}, and the tick comes then: a retry is not put
- * off by the batches that ran after the one that delayed it.
+ * off by the batches that ran after the one that delayed it. A query that resumed a checkpoint is
+ * told when the timers of the state it resumed {@linkplain #fallDue fall due}, and the tick comes then too.
  *
  * <p>An offset is the epoch millisecond of the tick, as a plain JSON number: the same form as
  * Spark's rate source, which gave the tick before, so a checkpoint it wrote resumes with this one
@@ -94,6 +97,29 @@ public final class TickSource implements TableProvider {
     RAN.merge(name, retryMs, Math::max);
   }
 
+  /** Per query: the instants, by the wall clock, at which timers of the state it resumed fall due. */
+  private static final Map<String, Set<Long>> RESUMED = new ConcurrentHashMap<>();
+
+  /**
+   * The state the query named {@code name} started from holds timers at {@code wallMs} (epoch
+   * milliseconds; the processor's, already less its margin): the tick comes at the first round from
+   * each, as it does for what a batch of this query delayed ({@link #ranDelaying}). The driver reads
+   * them from the state store when it resumes a checkpoint (D2: held messages fall due on time after
+   * a restart too, not a pace later).
+   */
+  public static void fallDue(String name, List<? extends Number> wallMs) {
+    Set<Long> due = RESUMED.computeIfAbsent(name, n -> new ConcurrentSkipListSet<>());
+    for (Number at : wallMs) {
+      due.add(at.longValue());
+    }
+  }
+
+  /** The resumed state's due instants of {@code name} given since this was last asked (taken once). */
+  static Set<Long> tookResumed(String name) {
+    Set<Long> due = RESUMED.remove(name);
+    return due == null ? Set.of() : due;
+  }
+
   /** The news of the batches of {@code name} that ran since this was last asked (taken once): null when none. */
   static Long tookRan(String name) {
     return RAN.remove(name);
@@ -103,6 +129,7 @@ public final class TickSource implements TableProvider {
   public static void forget(String name) {
     PACES.remove(name);
     RAN.remove(name);
+    RESUMED.remove(name);
   }
 
   @Override
@@ -216,6 +243,7 @@ public final class TickSource implements TableProvider {
           dueAtMs.add(roundAtMs + ran - ConversationState.DUE_MARGIN_MS);
         }
       }
+      dueAtMs.addAll(tookResumed(name));
       roundAtNanos = now;
       roundAtMs = wall;
       boolean fallsDue = !dueAtMs.isEmpty() && dueAtMs.first() <= wall;

@@ -6,6 +6,8 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.util.List;
+
 import org.junit.jupiter.api.Test;
 
 /** The tick's offsets and pace ({@link TickSource}): a new offset once the pace has passed. */
@@ -130,5 +132,38 @@ class TickSourceTest {
     clock.ms = 2_400L; // the due time is taken once: from here the pace again
     assertEquals(fell, stream.latestOffset().json());
     TickSource.forget(name);
+  }
+
+  @Test
+  void theTickComesWhenTheResumedStatesTimersFallDue() {
+    String name = "router-tick-resumed-test";
+    TickSource.forget(name);
+    Clock clock = new Clock();
+    TickSource.Stream stream = new TickSource.Stream(name, clock::nanos, clock::wall);
+    String first = stream.latestOffset().json(); // the first round of a query that resumed a checkpoint
+    TickSource.ran(name);
+    // The state store, read meanwhile, holds timers 700 ms and 2.2 s into the run (either twice).
+    long start = clock.wall();
+    TickSource.fallDue(name, List.of(start + 700L, start + 2_200L, start + 700));
+    clock.ms = 500L;
+    assertEquals(first, stream.latestOffset().json());
+    TickSource.ran(name);
+    clock.ms = 1_000L; // the first round from 700 ms, though the pace would wait until 1.5 s
+    String resumed = stream.latestOffset().json();
+    assertTrue(Long.parseLong(resumed) > Long.parseLong(first));
+    TickSource.ran(name);
+    clock.ms = 1_500L;
+    assertEquals(resumed, stream.latestOffset().json());
+    TickSource.ran(name);
+    clock.ms = 2_000L;
+    assertEquals(resumed, stream.latestOffset().json());
+    TickSource.ran(name);
+    clock.ms = 2_200L; // the second timer's round, before the pace's (3 s)
+    String second = stream.latestOffset().json();
+    assertTrue(Long.parseLong(second) > Long.parseLong(resumed));
+    assertTrue(TickSource.tookResumed(name).isEmpty(), "the instants are taken once");
+    TickSource.fallDue(name, List.of(start + 9_000L));
+    TickSource.forget(name);
+    assertTrue(TickSource.tookResumed(name).isEmpty(), "a forgotten query's instants are dropped");
   }
 }
