@@ -202,6 +202,8 @@ class RouterJob:
         self._outage.one_broker = self._brokers.refused_line
         self.metrics = metrics
         self._held: Any = None
+        self._after_first_batch: Callable[[], None] | None = None
+        """What the job does once the query's first batch ran (`_read_resumed`)."""
         """The state processor's `router.metrics.HeldCounts`, while the job keeps metrics."""
         self.liveness = Liveness(settings.instances, time.time())
         """What `/healthz` judges the job by (`health`)."""
@@ -278,6 +280,7 @@ class RouterJob:
         starting = self._starting_offsets()
         self.rotation = RotationStore.load(self.checkpoint)
         self._live(state="starting", error=None, batch_since=None)
+        self._after_first_batch = None
         count_held = self.metrics is not None and self._held is None
         if count_held:
             self._held = held_counts(self.spark)
@@ -620,9 +623,10 @@ class RouterJob:
         """Read what the resumed checkpoint's state holds delayed, in the background, for whom needs it.
 
         `count_held`: the metrics' figures start from it; a paced query's tick is told when its
-        timers fall due (`held_timers`, D2). The state the last committed batch left is read while
-        the query runs; the batches after it add their changes meanwhile, and the sum is the same in
-        any order. A new checkpoint holds nothing.
+        timers fall due (`held_timers`, D2). The state the last committed batch left is read once
+        the query's first batch has run (what fell due by then, that batch released); the batches
+        after it add their changes meanwhile, and the sum is the same in any order. A new
+        checkpoint holds nothing.
         """
         held = self.metrics.held if count_held and self.metrics is not None else None
         if not committed:
@@ -654,7 +658,10 @@ class RouterJob:
                 except Exception as error:  # the metrics stay absent; the routing goes on
                     log.warning("could not read the delayed messages the state holds: %s", short_error(error))
 
-        threading.Thread(target=read, name="router-resumed-state", daemon=True).start()
+        # After the first batch, so that the read does not put off the first message routed.
+        self._after_first_batch = threading.Thread(
+            target=read, name="router-resumed-state", daemon=True
+        ).start
 
     def _report(
         self,
@@ -786,6 +793,9 @@ class RouterJob:
             self.metrics.snapshot(snapshot.version, self.snapshots.active, self.snapshots.taken_at)
             if self._held is not None:
                 self.metrics.held.add(str(self._held.take()).splitlines())
+        if self._after_first_batch is not None:
+            after, self._after_first_batch = self._after_first_batch, None
+            after()
         report = BatchReport(batch_id, metrics, seconds, snapshot.version, started=started, decided_ms=now_ms)
         with self._lock:
             self._reports[batch_id] = report

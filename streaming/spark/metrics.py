@@ -4,7 +4,7 @@ The figures are those the job already has for its progress lines, so serving the
 of its own: each micro-batch's observed metrics (`streaming.spark.batch.BatchMetrics`, counted by
 instance, outcome and reason in the write's one pass), Spark's progress report (the lag), the
 route snapshot, and what the state processor holds delayed (`HeldFigures`: its changes come with
-each batch, `router.metrics.HeldCounts`, and the state store is read once, when the job starts).
+each batch, `router.metrics.HeldCounts`, and the state store is read once, after the job's first batch).
 
 Every metric has an `instance` label: a query that routes several instances gives each its own
 series; the figures of the query as a whole (a batch's duration, its time) are given to each of its
