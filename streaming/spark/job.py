@@ -642,21 +642,28 @@ class RouterJob:
         tick, ticks = self._tick, self._ticks
         timers = self._paced
 
+        def failed(what: str, error: Exception) -> None:
+            # A job that stops meanwhile shuts the read down with its session: nothing to tell.
+            stopping = self._stopping.is_set()
+            log.log(
+                logging.DEBUG if stopping else logging.WARNING,
+                "could not read %s: %s",
+                what,
+                short_error(error),
+            )
+
         def read() -> None:
             if timers:
                 try:
                     ticks.fallDue(tick, held_timers(self.spark, self.checkpoint, last))
                 except Exception as error:  # the tick keeps its pace; the routing goes on
-                    log.warning(
-                        "could not read when the delayed messages the state holds fall due: %s",
-                        short_error(error),
-                    )
+                    failed("when the delayed messages the state holds fall due", error)
             if held is not None:
                 try:
                     held.add(held_figures(self.spark, self.checkpoint, last))
                     held.ready()
                 except Exception as error:  # the metrics stay absent; the routing goes on
-                    log.warning("could not read the delayed messages the state holds: %s", short_error(error))
+                    failed("the delayed messages the state holds", error)
 
         # After the first batch, so that the read does not put off the first message routed.
         self._after_first_batch = threading.Thread(
