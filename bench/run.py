@@ -21,7 +21,7 @@ In order, on the same broker and the same kind of records (`bench.common`):
 7. latency under a fixed offered load (`bench.latency`), `router run` with its default intervals;
 8. route-change propagation and delayed-retry precision (`bench.timing`);
 9. the start (`bench.startup`): seconds from `router run`'s start to its first message routed, with
-   the driver's class archive and without;
+   the driver's class archive and without, and started again on the checkpoint a run left;
 10. scaling out (`bench.scaling`): the pass-through and the router on a Spark standalone cluster of
    one worker, then two (1 core each), on the same records.
 
@@ -225,6 +225,8 @@ def main() -> None:
             "first_routed_s": list(startup.archived_s),
             "without_class_archive_s": list(startup.plain_s),
             "median_s": startup.median_s,
+            "resumed_s": list(startup.resumed_s),
+            "resumed_median_s": startup.resumed_median_s if startup.resumed_s else None,
         },
         "route_change_ms": timing.route_change.propagation_ms,
         "first_route_change_ms": timing.first_change.propagation_ms if timing.first_change else None,
@@ -610,7 +612,7 @@ def _startup_lines(startup: StartupResult | None) -> list[str]:
     def seconds(values: tuple[float, ...]) -> str:
         return ", ".join(f"{v:.1f}" for v in values)
 
-    return [
+    lines = [
         "## Start",
         "",
         f"`router run` with a message waiting: the first message routed {startup.median_s:.1f} s after "
@@ -619,6 +621,14 @@ def _startup_lines(startup: StartupResult | None) -> list[str]:
         f"{startup.plain_median_s:.1f} s (runs {seconds(startup.plain_s)} s) (`bench/startup.py`).",
         "",
     ]
+    if startup.resumed_s:
+        lines[-1:-1] = [
+            "",
+            f"Started again on the checkpoint the run before left (its offsets and conversation memory "
+            f"loaded), with a new message waiting: routed {startup.resumed_median_s:.1f} s after the "
+            f"process started (median; runs {seconds(startup.resumed_s)} s).",
+        ]
+    return lines
 
 
 def _shown(path: Path) -> str:

@@ -11,8 +11,10 @@ topics checked, the routes read, the streaming query built and started, and its 
 
 The runs alternate between the driver JVM with its class archive (`make setup` records it;
 `streaming.spark.session.archive_options`) and without it (`ROUTER_CLASS_ARCHIVE=off`), on the same
-machine, so the archive's share is measured with the figure. Without --bootstrap it starts the
-embedded broker on a free port.
+machine, so the archive's share is measured with the figure. After each run with the archive, the
+router is stopped, a second message is sent, and `router run` starts again on the same checkpoint:
+a resumed start, which also loads the checkpoint's offsets and conversation memory. Without
+--bootstrap it starts the embedded broker on a free port.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class StartupResult:
     """With the driver's class archive: what `router run` does after `make setup`."""
     plain_s: tuple[float, ...]
     """With `ROUTER_CLASS_ARCHIVE=off`."""
+    resumed_s: tuple[float, ...] = ()
+    """With the archive, started again on the checkpoint the run before it left."""
 
     @property
     def median_s(self) -> float:
@@ -55,9 +59,19 @@ class StartupResult:
     def plain_median_s(self) -> float:
         return statistics.median(self.plain_s) if self.plain_s else float("nan")
 
+    @property
+    def resumed_median_s(self) -> float:
+        return statistics.median(self.resumed_s) if self.resumed_s else float("nan")
 
-def first_routed_s(bootstrap: str, folder: Path, archive: bool) -> float:
-    """One `router run` on a fresh namespace: seconds from its start to its first message routed."""
+
+def first_routed_s(
+    bootstrap: str, folder: Path, archive: bool, resume: bool = False
+) -> tuple[float, float | None]:
+    """`router run` on a fresh namespace: seconds from its start to its first message routed.
+
+    With `resume`, also the seconds from a second start on the checkpoint the first left (the
+    router stopped, a new message sent) to that message routed; else None.
+    """
     prefix = new_prefix()
     prepare(bootstrap, prefix, 10, messages=0)
     environment = {} if archive else {CLASS_ARCHIVE_ENV: "off"}
@@ -72,7 +86,8 @@ def first_routed_s(bootstrap: str, folder: Path, archive: bool) -> float:
         }
     )
     consumer.subscribe([queue])
-    try:
+
+    def routed_s(probe: str) -> float:
         started = time.monotonic()  # `start` is the fork and exec, nothing before it
         router.start()
         while time.monotonic() - started < TIMEOUT_S:
@@ -81,6 +96,16 @@ def first_routed_s(bootstrap: str, folder: Path, archive: bool) -> float:
                 return time.monotonic() - started
             router.ensure_running("it routed its first message")
         raise TimeoutError(f"router run routed nothing within {TIMEOUT_S:g} s:\n{router.log_tail()}")
+
+    try:
+        fresh = routed_s(probe)
+        if not resume:
+            return fresh, None
+        stopped = router.stop()
+        if stopped.killed:
+            raise RuntimeError(f"{stopped.describe()}:\n{router.log_tail()}")
+        again, _ = router.send_probe("resume")
+        return fresh, routed_s(again)
     finally:
         if router.running():
             router.stop()
@@ -92,19 +117,23 @@ def measure_startup(bootstrap: str, runs: int = RUNS) -> StartupResult:
     folder = Path(tempfile.mkdtemp(prefix="router-bench-start-"))
     archived: list[float] = []
     plain: list[float] = []
+    resumed: list[float] = []
     try:
         for run in range(runs):
             for archive, into in ((True, archived), (False, plain)):
-                seconds = first_routed_s(bootstrap, folder, archive)
+                seconds, again = first_routed_s(bootstrap, folder, archive, resume=archive)
                 into.append(seconds)
                 kind = "with" if archive else "without"
                 progress(
                     f"bench: start {run + 1} of {runs} {kind} the class archive: "
                     f"first message routed {seconds:.1f} s after the process started"
+                    + ("" if again is None else f"; resumed on its checkpoint, {again:.1f} s")
                 )
+                if again is not None:
+                    resumed.append(again)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    return StartupResult(tuple(archived), tuple(plain))
+    return StartupResult(tuple(archived), tuple(plain), tuple(resumed))
 
 
 def main() -> None:
@@ -120,7 +149,8 @@ def main() -> None:
         result = measure_startup(bootstrap, args.runs)
     print(
         f"first message routed {result.median_s:.1f} s after the process started "
-        f"(median of {len(result.archived_s)}; without the class archive {result.plain_median_s:.1f} s)"
+        f"(median of {len(result.archived_s)}; without the class archive {result.plain_median_s:.1f} s; "
+        f"resumed on its checkpoint {result.resumed_median_s:.1f} s)"
     )
 
 
