@@ -130,6 +130,9 @@ def input_topics(settings: Settings) -> dict[str, str]:
 PREPARE_WAIT_S = 30.0
 """How long `close` waits for the batch plan's preparation (`RouterJob._prepare_plan`) to end."""
 
+RESUMED_READ_WAIT_S = 30.0
+"""How long a stop waits for the background read of the resumed state (`RouterJob._read_resumed`)."""
+
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
@@ -203,6 +206,7 @@ class RouterJob:
         self.metrics = metrics
         self._held: Any = None
         self._after_first_batch: Callable[[], None] | None = None
+        self._resumed_read: threading.Thread | None = None
         """What the job does once the query's first batch ran (`_read_resumed`)."""
         """The state processor's `router.metrics.HeldCounts`, while the job keeps metrics."""
         self.liveness = Liveness(settings.instances, time.time())
@@ -527,9 +531,21 @@ class RouterJob:
                 break
             time.sleep(0.02)
         query.stop()
+        self._await_resumed_read()
         if not abandoned and self._refused is not None:
             self._forget_refused(self._refused)
         return abandoned
+
+    def _await_resumed_read(self) -> None:
+        """Let the read of the resumed state end before the session may stop (`_read_resumed`).
+
+        A Spark job cut short by the session's stop logs errors of its own; the read takes a few
+        seconds, once, after the first batch. No batch runs once the query stopped, so none starts it.
+        """
+        self._after_first_batch = None
+        reading = self._resumed_read
+        if reading is not None and reading.is_alive():
+            reading.join(RESUMED_READ_WAIT_S)
 
     def _forget_refused(self, batch_id: int) -> None:
         """Remove the planned offsets of the batch the stop refused, so the next start has no repair.
@@ -666,9 +682,8 @@ class RouterJob:
                     failed("the delayed messages the state holds", error)
 
         # After the first batch, so that the read does not put off the first message routed.
-        self._after_first_batch = threading.Thread(
-            target=read, name="router-resumed-state", daemon=True
-        ).start
+        self._resumed_read = threading.Thread(target=read, name="router-resumed-state", daemon=True)
+        self._after_first_batch = self._resumed_read.start
 
     def _report(
         self,
