@@ -20,7 +20,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from processes import ROOT, kill
 
 from streaming import topics
@@ -133,7 +134,33 @@ def start_paced(
         assert process.poll() is None, f"the redrive ended too soon:\n{log.read_text()}"
         assert time.monotonic() < deadline, f"the redrive wrote too little in 120 s:\n{log.read_text()}"
         time.sleep(0.1)
+    # Then until a transaction is open with records in the log, so that the kill cuts one short
+    # (the end offsets alone can reach the mark as a transaction commits, before the next writes).
+    while not open_transaction(bootstrap, inputs):
+        assert process.poll() is None, f"the redrive ended with no transaction seen open:\n{log.read_text()}"
+        assert time.monotonic() < deadline, f"no transaction seen open in 120 s:\n{log.read_text()}"
+        time.sleep(0.02)
     return process
+
+
+def open_transaction(bootstrap: str, names: list[str]) -> bool:
+    """Whether a partition of `names` holds records of a transaction not yet ended: its last stable
+    offset (the end a read_committed reader gets) is short of its end offset."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    metadata = admin.list_topics(timeout=10).topics
+    partitions = [TopicPartition(name, p) for name in names for p in metadata[name].partitions]
+
+    def ends(isolation: IsolationLevel) -> list[int]:
+        asked = admin.list_offsets(
+            {tp: OffsetSpec.latest() for tp in partitions}, isolation_level=isolation, request_timeout=10
+        )
+        return [
+            future.result().offset
+            for _, future in sorted(asked.items(), key=lambda i: (i[0].topic, i[0].partition))
+        ]
+
+    stable, end = ends(IsolationLevel.READ_COMMITTED), ends(IsolationLevel.READ_UNCOMMITTED)
+    return any(s < e for s, e in zip(stable, end, strict=True))
 
 
 def run_to_the_end(command: list[str], before: int) -> None:
