@@ -205,10 +205,9 @@ class RouterJob:
         self._outage.one_broker = self._brokers.refused_line
         self.metrics = metrics
         self._held: Any = None
-        self._after_first_batch: Callable[[], None] | None = None
-        self._resumed_read: threading.Thread | None = None
-        """What the job does once the query's first batch ran (`_read_resumed`)."""
         """The state processor's `router.metrics.HeldCounts`, while the job keeps metrics."""
+        self._resumed_read: threading.Thread | None = None
+        """The read of the resumed checkpoint's state (`_read_resumed`), started by the first batch."""
         self.liveness = Liveness(settings.instances, time.time())
         """What `/healthz` judges the job by (`health`)."""
         self._kafka_note: str | None = None
@@ -284,7 +283,7 @@ class RouterJob:
         starting = self._starting_offsets()
         self.rotation = RotationStore.load(self.checkpoint)
         self._live(state="starting", error=None, batch_since=None)
-        self._after_first_batch = None
+        self._resumed_read = None
         count_held = self.metrics is not None and self._held is None
         if count_held:
             self._held = held_counts(self.spark)
@@ -542,8 +541,7 @@ class RouterJob:
         A Spark job cut short by the session's stop logs errors of its own; the read takes a few
         seconds, once, after the first batch. No batch runs once the query stopped, so none starts it.
         """
-        self._after_first_batch = None
-        reading = self._resumed_read
+        reading, self._resumed_read = self._resumed_read, None
         if reading is not None and reading.is_alive():
             reading.join(RESUMED_READ_WAIT_S)
 
@@ -681,9 +679,8 @@ class RouterJob:
                 except Exception as error:  # the metrics stay absent; the routing goes on
                     failed("the delayed messages the state holds", error)
 
-        # After the first batch, so that the read does not put off the first message routed.
+        # Started by the first batch (`_route_batch`), so that it does not put off the first message routed.
         self._resumed_read = threading.Thread(target=read, name="router-resumed-state", daemon=True)
-        self._after_first_batch = self._resumed_read.start
 
     def _report(
         self,
@@ -815,9 +812,9 @@ class RouterJob:
             self.metrics.snapshot(snapshot.version, self.snapshots.active, self.snapshots.taken_at)
             if self._held is not None:
                 self.metrics.held.add(str(self._held.take()).splitlines())
-        if self._after_first_batch is not None:
-            after, self._after_first_batch = self._after_first_batch, None
-            after()
+        reading = self._resumed_read
+        if reading is not None and reading.ident is None:  # not started yet: this is the first batch
+            reading.start()
         report = BatchReport(batch_id, metrics, seconds, snapshot.version, started=started, decided_ms=now_ms)
         with self._lock:
             self._reports[batch_id] = report
