@@ -68,6 +68,7 @@ from streaming.spark.checkpoint import (
     holds_old_state,
     logged_batches,
     query_folder,
+    read_logged_batch,
     starting_offsets,
     summarize,
 )
@@ -802,7 +803,8 @@ class RouterJob:
             # The tick's pace counts from this batch, and it comes when what the batch delayed falls
             # due (D2), whatever batches run in between (TickSource.ran, ranDelaying).
             if metrics.outcomes.get(Outcome.DELAYED.value, 0):
-                self._ticks.ranDelaying(self._tick, round(self.topology.retry_s * 1000))
+                due_ms = self._batch_time_ms(batch_id, now_ms) + round(self.topology.retry_s * 1000)
+                self._ticks.ranDelaying(self._tick, due_ms)
             else:
                 self._ticks.ran(self._tick)
         seconds, finished = time.monotonic() - started, time.time()
@@ -826,6 +828,20 @@ class RouterJob:
                 last_records=metrics.records,
                 batch_since=None,
             )
+
+    def _batch_time_ms(self, batch_id: int, now_ms: int) -> int:
+        """The batch's time, its offset log's, from which what it delays falls due (D2).
+
+        It is the `decided_at` of the batch's messages and the state processor's "now". Spark takes
+        it as the batch starts; its work reaches the driver here only after reading and planning, up
+        to seconds later for a query's first batch. Unread, the driver's `now_ms` stands in: the
+        tick then comes that much after the messages fall due, never before.
+        """
+        try:
+            return read_logged_batch(self.checkpoint, batch_id).timestamp_ms or now_ms
+        except RouterError as error:
+            log.debug("batch %d: its time unread (%s); the driver's clock stands in", batch_id, error)
+            return now_ms
 
     def _plan_for(self, snapshot: Snapshot, batch: DataFrame) -> BatchPlan:
         """The batch plan, built again only when its shape or the unavailable destinations changed."""

@@ -74,54 +74,55 @@ public final class TickSource implements TableProvider {
     return PACES.getOrDefault(name, DEFAULT_PACE_MS);
   }
 
-  /** Per query: a batch ran since its tick last asked; the retry of what it delayed, or {@link #NONE}. */
-  private static final Map<String, Long> RAN = new ConcurrentHashMap<>();
-
-  static final long NONE = -1L;
+  /** The queries a batch of which ran since their tick last asked. */
+  private static final Set<String> RAN = ConcurrentHashMap.newKeySet();
 
   /** A micro-batch of the query named {@code name} ran: its tick's pace counts from that batch's round. */
   public static void ran(String name) {
-    RAN.merge(name, NONE, Math::max);
+    RAN.add(name);
   }
 
   /**
-   * A micro-batch of {@code name} ran and delayed messages, which fall due {@code retryMs} after its
-   * time (D2): besides counting its pace from that batch, the tick comes at the first round from then
-   * on (less the state processor's {@link ConversationState#DUE_MARGIN_MS}), so that a batch runs when
-   * they fall due, whatever batches ran in between.
+   * A micro-batch of {@code name} ran and delayed messages, which fall due at {@code dueAtMs} (epoch
+   * milliseconds: the batch's time, its messages' {@code decided_at}, and the retry time; D2): besides
+   * counting its pace from that batch, the tick comes at the first round from then on (less the state
+   * processor's {@link ConversationState#DUE_MARGIN_MS}), so that a batch runs when they fall due,
+   * whatever batches ran in between. The due time counts from the batch's own time, not from its
+   * round: a batch that starts late delays its messages as much later.
    */
-  public static void ranDelaying(String name, long retryMs) {
-    if (retryMs < 0) {
-      throw new IllegalArgumentException("a retry time must not be negative, got " + retryMs + " ms");
+  public static void ranDelaying(String name, long dueAtMs) {
+    if (dueAtMs < 0) {
+      throw new IllegalArgumentException("a due time must not be negative, got " + dueAtMs + " ms");
     }
-    RAN.merge(name, retryMs, Math::max);
+    fallDue(name, List.of(dueAtMs - ConversationState.DUE_MARGIN_MS));
+    ran(name); // after its due time: the round that takes the news of the batch takes that too
   }
 
-  /** Per query: the instants, by the wall clock, at which timers of the state it resumed fall due. */
-  private static final Map<String, Set<Long>> RESUMED = new ConcurrentHashMap<>();
+  /** Per query: the instants, by the wall clock, at which timers of its state fall due. */
+  private static final Map<String, Set<Long>> DUE = new ConcurrentHashMap<>();
 
   /**
-   * The state the query named {@code name} started from holds timers at {@code wallMs} (epoch
-   * milliseconds; the processor's, already less its margin): the tick comes at the first round from
-   * each, as it does for what a batch of this query delayed ({@link #ranDelaying}). The driver reads
-   * them from the state store when it resumes a checkpoint (D2: held messages fall due on time after
-   * a restart too, not a pace later).
+   * Timers of the query named {@code name} fall due at {@code wallMs} (epoch milliseconds; the
+   * processor's, already less its margin): the tick comes at the first round from each. A batch
+   * that delays messages gives theirs ({@link #ranDelaying}); the driver gives those of the state a
+   * query resumed, read from the state store (D2: held messages fall due on time after a restart
+   * too, not a pace later).
    */
   public static void fallDue(String name, List<? extends Number> wallMs) {
-    Set<Long> due = RESUMED.computeIfAbsent(name, n -> new ConcurrentSkipListSet<>());
+    Set<Long> due = DUE.computeIfAbsent(name, n -> new ConcurrentSkipListSet<>());
     for (Number at : wallMs) {
       due.add(at.longValue());
     }
   }
 
-  /** The resumed state's due instants of {@code name} given since this was last asked (taken once). */
-  static Set<Long> tookResumed(String name) {
-    Set<Long> due = RESUMED.remove(name);
+  /** The due instants of {@code name} given since this was last asked (taken once). */
+  static Set<Long> tookDue(String name) {
+    Set<Long> due = DUE.remove(name);
     return due == null ? Set.of() : due;
   }
 
-  /** The news of the batches of {@code name} that ran since this was last asked (taken once): null when none. */
-  static Long tookRan(String name) {
+  /** Whether a batch of {@code name} ran since this was last asked (the news is taken once). */
+  static boolean tookRan(String name) {
     return RAN.remove(name);
   }
 
@@ -129,7 +130,7 @@ public final class TickSource implements TableProvider {
   public static void forget(String name) {
     PACES.remove(name);
     RAN.remove(name);
-    RESUMED.remove(name);
+    DUE.remove(name);
   }
 
   @Override
@@ -219,8 +220,6 @@ public final class TickSource implements TableProvider {
     private boolean ticked;
     /** When the query last asked for the latest offset: the round whose batch, if one ran, planned it. */
     private long roundAtNanos;
-    /** That round by the wall clock, which the batch's time (and so its messages' due times) is read from. */
-    private long roundAtMs;
     /** When delayed messages fall due, by the wall clock: the tick comes at the first round from each. */
     private final TreeSet<Long> dueAtMs = new TreeSet<>();
 
@@ -234,18 +233,12 @@ public final class TickSource implements TableProvider {
     public synchronized Offset latestOffset() {
       long now = nanos.getAsLong();
       long wall = wallMs.getAsLong();
-      // A batch ran since the last round: the round that planned it counts as a tick, and what it
-      // delayed falls due a retry after it.
-      Long ran = tookRan(name);
-      if (ran != null && ticked) {
+      // A batch ran since the last round: the round that planned it counts as a tick.
+      if (tookRan(name) && ticked) {
         lastAtNanos = Math.max(lastAtNanos, roundAtNanos);
-        if (ran >= 0) {
-          dueAtMs.add(roundAtMs + ran - ConversationState.DUE_MARGIN_MS);
-        }
       }
-      dueAtMs.addAll(tookResumed(name));
+      dueAtMs.addAll(tookDue(name));
       roundAtNanos = now;
-      roundAtMs = wall;
       boolean fallsDue = !dueAtMs.isEmpty() && dueAtMs.first() <= wall;
       if (fallsDue || due(ticked ? now - lastAtNanos : -1L, paceOf(name))) {
         dueAtMs.headSet(wall, true).clear();

@@ -2,11 +2,11 @@ package router.spark;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
-import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.List;
+import java.util.Set;
 
 import org.junit.jupiter.api.Test;
 
@@ -50,120 +50,118 @@ class TickSourceTest {
     }
   }
 
-  /** A query's tick after two rounds, 0 and 500 ms: the first ticked, the second had nothing new. */
-  private static final class TwoRounds {
+  /** A query's tick after its first round, at 0 ms, which ticks at once. */
+  private static final class Rounds {
     final Clock clock = new Clock();
     final TickSource.Stream stream;
     final String first;
 
-    TwoRounds(String name) {
+    Rounds(String name) {
       TickSource.forget(name);
       stream = new TickSource.Stream(name, clock::nanos, clock::wall);
-      first = stream.latestOffset().json(); // the first round ticks at once
-      clock.ms = 500L;
-      assertEquals(first, stream.latestOffset().json());
+      first = stream.latestOffset().json();
     }
 
+    /** The latest offset the round at {@code ms} gives. */
     String at(long ms) {
       clock.ms = ms;
       return stream.latestOffset().json();
     }
   }
 
+  /** A query's tick after two rounds, 0 and 500 ms: the first ticked, the second had nothing new. */
+  private static Rounds twoRounds(String name) {
+    Rounds rounds = new Rounds(name);
+    assertEquals(rounds.first, rounds.at(500L));
+    return rounds;
+  }
+
+  private static boolean later(String offset, String than) {
+    return Long.parseLong(offset) > Long.parseLong(than);
+  }
+
   @Test
   void aBatchThatRanForAnySourceRestartsThePace() {
     String name = "router-tick-ran-test";
-    TwoRounds rounds = new TwoRounds(name); // the second round's messages start a batch
-    String first = rounds.first;
+    Rounds rounds = twoRounds(name); // the second round's messages start a batch
     TickSource.ran(name);
     // A second after the tick, but half a second after the batch's round: nothing new.
-    assertEquals(first, rounds.at(1_000L));
-    assertEquals(first, rounds.at(1_499L));
+    assertEquals(rounds.first, rounds.at(1_000L));
+    assertEquals(rounds.first, rounds.at(1_499L));
     // A second after the batch's round: the tick's own batch.
-    assertTrue(Long.parseLong(rounds.at(1_500L)) > Long.parseLong(first));
+    assertTrue(later(rounds.at(1_500L), rounds.first));
     TickSource.forget(name);
   }
 
   @Test
   void withoutABatchTheTickKeepsItsOwnPace() {
-    TwoRounds rounds = new TwoRounds("router-tick-idle-test");
+    Rounds rounds = twoRounds("router-tick-idle-test");
     // No batch ran in between: a second after the last tick, the next.
-    assertTrue(Long.parseLong(rounds.at(1_000L)) > Long.parseLong(rounds.first));
+    assertTrue(later(rounds.at(1_000L), rounds.first));
   }
 
   @Test
   void forgettingAQueryDropsTheNewsOfItsLastBatch() {
     String name = "router-tick-forget-test";
-    TickSource.ran(name);
+    TickSource.ranDelaying(name, 2_000L);
     TickSource.forget(name);
-    assertNull(TickSource.tookRan(name));
+    assertFalse(TickSource.tookRan(name));
+    assertTrue(TickSource.tookDue(name).isEmpty());
     TickSource.ran(name);
     TickSource.ranDelaying(name, 2_000L);
-    TickSource.ran(name); // a later batch that delayed nothing keeps the news of the one that did
-    assertEquals(2_000L, TickSource.tookRan(name));
-    assertNull(TickSource.tookRan(name)); // the news is taken once
+    TickSource.ran(name); // a later batch that delayed nothing keeps the due time of the one that did
+    assertTrue(TickSource.tookRan(name));
+    assertEquals(Set.of(2_000L - ConversationState.DUE_MARGIN_MS), TickSource.tookDue(name));
+    assertFalse(TickSource.tookRan(name)); // the news is taken once
     assertThrows(IllegalArgumentException.class, () -> TickSource.ranDelaying(name, -1L));
   }
 
   @Test
   void theTickComesWhenWhatABatchDelayedFallsDueWhateverRanSince() {
     String name = "router-tick-due-test";
-    TickSource.forget(name);
-    Clock clock = new Clock();
-    TickSource.Stream stream = new TickSource.Stream(name, clock::nanos, clock::wall);
-    String first = stream.latestOffset().json(); // round 0: its batch delays messages for 2 s
-    TickSource.ranDelaying(name, 2_000L);
-    clock.ms = 500L; // the delayed records' read-back starts a batch; the tick has nothing new
-    assertEquals(first, stream.latestOffset().json());
+    Rounds rounds = new Rounds(name);
+    // Round 0's batch began 300 ms late, its time: it delays messages for 2 s from then.
+    TickSource.ranDelaying(name, rounds.clock.wall() + 300L + 2_000L);
+    // The delayed records' read-back starts a batch; the tick has nothing new.
+    assertEquals(rounds.first, rounds.at(500L));
     TickSource.ran(name);
-    clock.ms = 1_000L;
-    assertEquals(first, stream.latestOffset().json());
-    clock.ms = 1_500L; // a second after the read-back's round: the pace's tick
-    String paced = stream.latestOffset().json();
-    assertTrue(Long.parseLong(paced) > Long.parseLong(first));
+    assertEquals(rounds.first, rounds.at(1_000L));
+    String paced = rounds.at(1_500L); // a second after the read-back's round: the pace's tick
+    assertTrue(later(paced, rounds.first));
     TickSource.ran(name);
-    clock.ms = 1_899L;
-    assertEquals(paced, stream.latestOffset().json());
-    // 2 s after the round that delayed them, less the state processor's margin: they fall due.
-    clock.ms = 1_900L;
-    String fell = stream.latestOffset().json();
-    assertTrue(Long.parseLong(fell) > Long.parseLong(paced));
+    // 2 s after the batch's time, less the state processor's margin: they fall due; not 2 s after
+    // its round (1,900 ms), when the state processor would hold them yet.
+    assertEquals(paced, rounds.at(1_900L));
+    assertEquals(paced, rounds.at(2_199L));
+    String fell = rounds.at(2_200L);
+    assertTrue(later(fell, paced));
     TickSource.ran(name);
-    clock.ms = 2_400L; // the due time is taken once: from here the pace again
-    assertEquals(fell, stream.latestOffset().json());
+    assertEquals(fell, rounds.at(2_700L)); // the due time is taken once: from here the pace again
     TickSource.forget(name);
   }
 
   @Test
   void theTickComesWhenTheResumedStatesTimersFallDue() {
     String name = "router-tick-resumed-test";
-    TickSource.forget(name);
-    Clock clock = new Clock();
-    TickSource.Stream stream = new TickSource.Stream(name, clock::nanos, clock::wall);
-    String first = stream.latestOffset().json(); // the first round of a query that resumed a checkpoint
+    Rounds rounds = new Rounds(name); // the first round of a query that resumed a checkpoint
     TickSource.ran(name);
     // The state store, read meanwhile, holds timers 700 ms and 2.2 s into the run (either twice).
-    long start = clock.wall();
+    long start = rounds.clock.wall();
     TickSource.fallDue(name, List.of(start + 700L, start + 2_200L, start + 700));
-    clock.ms = 500L;
-    assertEquals(first, stream.latestOffset().json());
+    assertEquals(rounds.first, rounds.at(500L));
     TickSource.ran(name);
-    clock.ms = 1_000L; // the first round from 700 ms, though the pace would wait until 1.5 s
-    String resumed = stream.latestOffset().json();
-    assertTrue(Long.parseLong(resumed) > Long.parseLong(first));
+    String resumed = rounds.at(1_000L); // the first round from 700 ms, though the pace would wait until 1.5 s
+    assertTrue(later(resumed, rounds.first));
     TickSource.ran(name);
-    clock.ms = 1_500L;
-    assertEquals(resumed, stream.latestOffset().json());
+    assertEquals(resumed, rounds.at(1_500L));
     TickSource.ran(name);
-    clock.ms = 2_000L;
-    assertEquals(resumed, stream.latestOffset().json());
+    assertEquals(resumed, rounds.at(2_000L));
     TickSource.ran(name);
-    clock.ms = 2_200L; // the second timer's round, before the pace's (3 s)
-    String second = stream.latestOffset().json();
-    assertTrue(Long.parseLong(second) > Long.parseLong(resumed));
-    assertTrue(TickSource.tookResumed(name).isEmpty(), "the instants are taken once");
+    String second = rounds.at(2_200L); // the second timer's round, before the pace's (3 s)
+    assertTrue(later(second, resumed));
+    assertTrue(TickSource.tookDue(name).isEmpty(), "the instants are taken once");
     TickSource.fallDue(name, List.of(start + 9_000L));
     TickSource.forget(name);
-    assertTrue(TickSource.tookResumed(name).isEmpty(), "a forgotten query's instants are dropped");
+    assertTrue(TickSource.tookDue(name).isEmpty(), "a forgotten query's instants are dropped");
   }
 }
