@@ -25,6 +25,7 @@ twice (receivers drop duplicates, A4). Nothing is lost.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
@@ -83,7 +84,7 @@ from streaming.spark.rotation import RotationStore
 from streaming.spark.session import session_jvm
 from streaming.spark.snapshot import RouteSnapshots
 from streaming.spark.sources import input_stream, tick_name, write_options
-from streaming.spark.state import held_counts, held_figures, held_timers, read_state, state_counts
+from streaming.spark.state import held_counts, held_figures, held_state, held_timers, read_state, state_counts
 from streaming.spark.tick import TickPace, idle_pace_s, source_pace_ms
 from streaming.tables.reader import read_instances
 from streaming.topology import Topology
@@ -668,17 +669,27 @@ class RouterJob:
             )
 
         def read() -> None:
+            both = timers and held is not None
+            try:
+                state = held_state(self.spark, self.checkpoint, last)
+                state = state.cache() if both else state  # then one read of the state store for both
+            except Exception as error:  # the tick keeps its pace, the metrics stay absent
+                failed("the state the query resumed", error)
+                return
             if timers:
                 try:
-                    ticks.fallDue(tick, held_timers(self.spark, self.checkpoint, last))
+                    ticks.fallDue(tick, held_timers(state))
                 except Exception as error:  # the tick keeps its pace; the routing goes on
                     failed("when the delayed messages the state holds fall due", error)
             if held is not None:
                 try:
-                    held.add(held_figures(self.spark, self.checkpoint, last))
+                    held.add(held_figures(state))
                     held.ready()
                 except Exception as error:  # the metrics stay absent; the routing goes on
                     failed("the delayed messages the state holds", error)
+            if both:
+                with contextlib.suppress(Exception):  # a session stopped meanwhile keeps nothing
+                    state.unpersist()
 
         # Started by the first batch (`_route_batch`), so that it does not put off the first message routed.
         self._resumed_read = threading.Thread(target=read, name="router-resumed-state", daemon=True)

@@ -183,20 +183,30 @@ def held_counts(spark: SparkSession) -> Any:
     return session_jvm(spark, "the router's metrics need").router.metrics.HeldCounts.register(spark._jsc.sc())
 
 
-def held_figures(spark: SparkSession, checkpoint: CheckpointPath, batch_id: int) -> list[str]:
-    """What the state held delayed after batch `batch_id`, in `router.metrics.HeldCounts`' form.
+def held_state(spark: SparkSession, checkpoint: CheckpointPath, batch_id: int) -> DataFrame:
+    """The conversation endpoints holding delayed messages, as batch `batch_id` left them (D1, D2).
 
-    Per instance (the state key's first part): the messages held (`m`), the conversation endpoints
-    holding any (`c`), and the messages by the second they were delayed in (`s`).
+    One row each: `instance` (the state key's first part), `at` (when each message it holds was
+    delayed, epoch ms) and `timer_ms` (when its timer falls due). What `held_figures` and
+    `held_timers` read; a caller needing both caches it, for one read of the state store.
     """
-    held = (
+    return (
         read_state(spark, checkpoint, batch_id)
+        .where(F.size("value.waiting") > 0)
         .select(
             F.split(F.col("key.value"), "\u0000").getItem(0).alias("instance"),
             F.col("value.waiting.delayed_ms").alias("at"),
+            F.col("value.timer_ms").alias("timer_ms"),
         )
-        .where(F.size("at") > 0)
     )
+
+
+def held_figures(held: DataFrame) -> list[str]:
+    """What the state held delayed (`held_state`), in `router.metrics.HeldCounts`' form.
+
+    Per instance: the messages held (`m`), the conversation endpoints holding any (`c`), and the
+    messages by the second they were delayed in (`s`).
+    """
     out: list[str] = []
     for row in (
         held.groupBy("instance").agg(F.sum(F.size("at")).alias("m"), F.count(F.lit(1)).alias("c")).collect()
@@ -214,23 +224,14 @@ RESUMED_TIMERS = 10_000
 """At most how many of the resumed state's timers `held_timers` gives the tick: the earliest."""
 
 
-def held_timers(
-    spark: SparkSession, checkpoint: CheckpointPath, batch_id: int, limit: int = RESUMED_TIMERS
-) -> list[int]:
-    """When the timers of the endpoints holding delayed messages fall due, as batch `batch_id` left them.
+def held_timers(held: DataFrame, limit: int = RESUMED_TIMERS) -> list[int]:
+    """When the timers of the endpoints holding delayed messages (`held_state`) fall due.
 
     Epoch milliseconds, distinct, the earliest `limit` of them: what a restarted job tells its
     tick (`router.spark.TickSource.fallDue`), so that what it held falls due on time (D2). A
     message retried after the restart and delayed again is told of by its batch.
     """
-    timers = (
-        read_state(spark, checkpoint, batch_id)
-        .where(F.size("value.waiting") > 0)
-        .select(F.col("value.timer_ms").alias("at"))
-        .distinct()
-        .orderBy("at")
-        .limit(limit)
-    )
+    timers = held.select(F.col("timer_ms").alias("at")).distinct().orderBy("at").limit(limit)
     return [int(row["at"]) for row in timers.collect()]
 
 

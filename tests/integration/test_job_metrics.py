@@ -18,7 +18,7 @@ from streaming.config import load_settings
 from streaming.rules.model import Route
 from streaming.spark.job import RouterJob, input_topics
 from streaming.spark.metrics import RouterMetrics
-from streaming.spark.state import held_figures
+from streaming.spark.state import held_figures, held_state
 from streaming.tables.topic_io import publish_catalogs, put_route
 
 pytestmark = pytest.mark.integration
@@ -68,7 +68,7 @@ def test_the_delayed_gauges_follow_the_state_and_survive_a_restart(
     assert 0 <= oldest < 300
     # What the state store holds after the last committed batch, read as a restarted job reads it.
     last = max(int(p.name) for p in (checkpoint / "query" / "commits").iterdir() if p.name.isdigit())
-    figures = held_figures(spark, checkpoint / "query", last)
+    figures = held_figures(held_state(spark, checkpoint / "query", last))
     assert sorted(f for f in figures if "\x00s\x00" not in f) == ["i1\x00c\x002", "i1\x00m\x003"]
     assert sum(int(f.rsplit("\x00", 1)[1]) for f in figures if "\x00s\x00" in f) == 3
 

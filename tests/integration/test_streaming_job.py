@@ -33,7 +33,7 @@ from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, Database, Instan
 from streaming.spark.checkpoint import logged_batches, read_logged_batch
 from streaming.spark.job import RouterJob
 from streaming.spark.progress import BatchReport
-from streaming.spark.state import held_timers
+from streaming.spark.state import held_state, held_timers
 from streaming.tables.reader import read_routes
 from streaming.tables.topic_io import publish_catalogs, put_route
 from tests.running import Running
@@ -1188,7 +1188,7 @@ def test_what_a_restarted_job_holds_falls_due_on_time_not_a_pace_later(
     # The processor's timers of what it holds: a due time each, less its margin (D2).
     query = tmp_path / "i1" / "query"
     last = max(logged_batches(query / "commits"))
-    assert held_timers(spark, query, last) == sorted({d - 100 for d in due.values()})
+    assert held_timers(held_state(spark, query, last)) == sorted({d - 100 for d in due.values()})
     assert min(due.values()) > time.time() * 1000 + 10_000, "the restart comes before they fall due"
 
     again = router_job(spark, kafka_bootstrap, prefix, tmp_path, trigger_seconds=0.25)
