@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, OffsetSpec
 
 from streaming.errors import KafkaUnavailable, RouterError, TopicMissing
@@ -386,9 +386,17 @@ def leader_moving(error: KafkaException | KafkaError | None) -> bool:
 
 
 def end_offsets(
-    kafka: Kafka, topic: str, timeout: float = 10.0, client: AdminClient | None = None
+    kafka: Kafka,
+    topic: str,
+    timeout: float = 10.0,
+    client: AdminClient | None = None,
+    *,
+    committed: bool = False,
 ) -> dict[int, int]:
     """Return each partition's end offset (the offset the next record will get).
+
+    `committed`: its last stable offset instead, the end a read_committed reader gets, short of the
+    end offset while a transaction is open.
 
     While a partition's leader is not ready yet (a topic created a moment ago: the broker the
     metadata names may not lead it yet and answer NOT_LEADER_FOR_PARTITION) or away (its broker
@@ -417,7 +425,8 @@ def end_offsets(
             moving = metadata.error
         else:
             request = {TopicPartition(topic, p): OffsetSpec.latest() for p in metadata.partitions}
-            futures = asking.list_offsets(request, request_timeout=left)
+            isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+            futures = asking.list_offsets(request, isolation_level=isolation, request_timeout=left)
             offsets: dict[int, int] = {}
             for tp, future in futures.items():
                 try:

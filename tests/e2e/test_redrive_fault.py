@@ -20,12 +20,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from processes import ROOT, kill
 
 from streaming import topics
-from streaming.kafka.admin import cluster_metadata, end_offsets, ensure_topics
+from streaming.kafka.admin import admin_client, cluster_metadata, end_offsets, ensure_topics
 from streaming.kafka.avro import decode_message, encode_message, new_message_record
 from streaming.rules.model import Database, Instance
 from streaming.tables.topic_io import publish_catalogs
@@ -136,31 +136,23 @@ def start_paced(
         time.sleep(0.1)
     # Then until a transaction is open with records in the log, so that the kill cuts one short
     # (the end offsets alone can reach the mark as a transaction commits, before the next writes).
-    while not open_transaction(bootstrap, inputs):
+    client = admin_client(bootstrap)  # one, asking every 20 ms
+    while not open_transaction(bootstrap, inputs, client):
         assert process.poll() is None, f"the redrive ended with no transaction seen open:\n{log.read_text()}"
         assert time.monotonic() < deadline, f"no transaction seen open in 120 s:\n{log.read_text()}"
         time.sleep(0.02)
     return process
 
 
-def open_transaction(bootstrap: str, names: list[str]) -> bool:
+def open_transaction(bootstrap: str, names: list[str], client: AdminClient) -> bool:
     """Whether a partition of `names` holds records of a transaction not yet ended: its last stable
     offset (the end a read_committed reader gets) is short of its end offset."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    metadata = admin.list_topics(timeout=10).topics
-    partitions = [TopicPartition(name, p) for name in names for p in metadata[name].partitions]
-
-    def ends(isolation: IsolationLevel) -> list[int]:
-        asked = admin.list_offsets(
-            {tp: OffsetSpec.latest() for tp in partitions}, isolation_level=isolation, request_timeout=10
-        )
-        return [
-            future.result().offset
-            for _, future in sorted(asked.items(), key=lambda i: (i[0].topic, i[0].partition))
-        ]
-
-    stable, end = ends(IsolationLevel.READ_COMMITTED), ends(IsolationLevel.READ_UNCOMMITTED)
-    return any(s < e for s, e in zip(stable, end, strict=True))
+    for name in names:
+        stable = end_offsets(bootstrap, name, client=client, committed=True)
+        end = end_offsets(bootstrap, name, client=client)
+        if any(stable[p] < end[p] for p in end):
+            return True
+    return False
 
 
 def run_to_the_end(command: list[str], before: int) -> None:
