@@ -619,16 +619,15 @@ def _startup_lines(startup: StartupResult | None) -> list[str]:
         f"the process started (median; runs {seconds(startup.archived_s)} s). Without the driver's "
         f"class archive (`ROUTER_CLASS_ARCHIVE=off`), in runs alternating with those: median "
         f"{startup.plain_median_s:.1f} s (runs {seconds(startup.plain_s)} s) (`bench/startup.py`).",
-        "",
     ]
     if startup.resumed_s:
-        lines[-1:-1] = [
+        lines += [
             "",
             f"Started again on the checkpoint the run before left (its offsets and conversation memory "
             f"loaded), with a new message waiting: routed {startup.resumed_median_s:.1f} s after the "
             f"process started (median; runs {seconds(startup.resumed_s)} s).",
         ]
-    return lines
+    return [*lines, ""]
 
 
 def _shown(path: Path) -> str:
