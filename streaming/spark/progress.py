@@ -32,7 +32,8 @@ class BatchReport:
     started: float = 0.0
     """When the batch began (time.monotonic)."""
     decided_ms: int = 0
-    """The batch's time, its messages' `decided_at` (epoch ms)."""
+    """When the driver began the batch's work (epoch ms). Its messages' `decided_at` is the batch's
+    own time, which Spark took as it started the batch, its reading and planning earlier."""
 
     def line(self) -> str:
         """The batch's progress line."""
