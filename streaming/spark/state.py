@@ -98,6 +98,11 @@ def _endpoint_key(instance: Column, conversation: Column, from_target: Column) -
     return F.concat_ws("\u0000", instance, conversation, side)
 
 
+def _key_instance() -> Column:
+    """The instance a state row's key names (`_endpoint_key`'s first part), from Spark's state data source."""
+    return F.split(F.col("key.value"), "\u0000").getItem(0)
+
+
 def _group_key(valid: Column) -> Column:
     """The state key: instance and conversation endpoint; a malformed record: a key of its own, no state."""
     endpoint = _endpoint_key(F.col("instance"), F.col("conversation_id"), F.col("from_target"))
@@ -194,7 +199,7 @@ def held_state(spark: SparkSession, checkpoint: CheckpointPath, batch_id: int) -
         read_state(spark, checkpoint, batch_id)
         .where(F.size("value.waiting") > 0)
         .select(
-            F.split(F.col("key.value"), "\u0000").getItem(0).alias("instance"),
+            _key_instance().alias("instance"),
             F.col("value.waiting.delayed_ms").alias("at"),
             F.col("value.timer_ms").alias("timer_ms"),
         )
@@ -274,7 +279,7 @@ def state_counts(spark: SparkSession, checkpoint: CheckpointPath, batch_id: int)
     state = read_state(spark, checkpoint, batch_id)
     rows = (
         state.select(
-            F.split(F.col("key.value"), "\u0000").getItem(0).alias("instance"),
+            _key_instance().alias("instance"),
             F.size("value.entries").alias("entries"),
             F.size("value.waiting").alias("waiting"),
         )
