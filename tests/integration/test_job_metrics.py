@@ -16,6 +16,7 @@ from test_streaming_job import I1, I2, message, produce
 from streaming import topics
 from streaming.config import load_settings
 from streaming.rules.model import Route
+from streaming.spark.checkpoint import logged_batches
 from streaming.spark.job import RouterJob, input_topics
 from streaming.spark.metrics import RouterMetrics
 from streaming.spark.state import held_figures, held_state
@@ -67,7 +68,7 @@ def test_the_delayed_gauges_follow_the_state_and_survive_a_restart(
     *_, oldest = metrics.held.figures("i1", time.time())
     assert 0 <= oldest < 300
     # What the state store holds after the last committed batch, read as a restarted job reads it.
-    last = max(int(p.name) for p in (checkpoint / "query" / "commits").iterdir() if p.name.isdigit())
+    last = max(logged_batches(checkpoint / "query" / "commits"))
     figures = held_figures(held_state(spark, checkpoint / "query", last))
     assert sorted(f for f in figures if "\x00s\x00" not in f) == ["i1\x00c\x002", "i1\x00m\x003"]
     assert sum(int(f.rsplit("\x00", 1)[1]) for f in figures if "\x00s\x00" in f) == 3

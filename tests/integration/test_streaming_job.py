@@ -133,24 +133,34 @@ def epoch_ms(text: str) -> int:
     return round(instant.timestamp() * 1000)
 
 
-def retry_wait(query: Path, due_at: str, retried_at: str, after_batch: int = -1) -> int:
+def batch_times(query: Path, after_batch: int = -1) -> list[tuple[int, float]]:
+    """When each batch the query committed after `after_batch` began and ended, in epoch ms, in order.
+
+    A batch began at its offset log's time, which the state processor compares its timers with,
+    and ended at its commit's.
+    """
+    commits = query / "commits"
+    return sorted(
+        (read_logged_batch(query, b).timestamp_ms, (commits / str(b)).stat().st_mtime * 1000)
+        for b in logged_batches(commits)
+        if b > after_batch
+    )
+
+
+def retry_wait(batches: list[tuple[int, float]], due_at: str, retried_at: str) -> int:
     """How long after it could the batch that retried a message due at `due_at` began, in ms (D2).
 
-    A batch's time is its offset log's, which the state processor compares its timers with: the
-    retry must come in the query's first batch (after `after_batch`) from its timer, the due time
-    less the processor's 100 ms margin. That batch could begin at the timer, or when the batch
-    running then ended (its commit's time); the query looks at the next round of its interval, or
-    at once after a batch that ran past one. A tick that missed the timer adds its pace's wait.
+    `batches`: the query's (`batch_times`). The retry must come in its first batch from its timer,
+    the due time less the processor's 100 ms margin. That batch could begin at the timer, or when
+    the batch running then ended; the query looks at the next round of its interval, or at once
+    after a batch that ran past one. A tick that missed the timer adds its pace's wait.
     """
     due, retried = epoch_ms(due_at), epoch_ms(retried_at)
     timer = due - 100
-    batches = [b for b in logged_batches(query / "commits") if b > after_batch]
-    began = {b: read_logged_batch(query, b).timestamp_ms for b in batches}
-    retry = max(began[b] for b in batches if began[b] <= retried)
-    assert retry == min(t for t in began.values() if t >= timer), (due, retried, sorted(began.values()))
-    before = [b for b in batches if began[b] < timer]
-    last = max(before, key=began.__getitem__, default=None)
-    ended = (query / "commits" / str(last)).stat().st_mtime * 1000 if last is not None else 0
+    began = [b for b, _ in batches]
+    retry = max(t for t in began if t <= retried)
+    assert retry == min(t for t in began if t >= timer), (due, retried, began)
+    ended = max((e for b, e in batches if b < timer), default=0)
     return round(retry - max(timer, ended))
 
 
@@ -1116,8 +1126,8 @@ def test_a_retry_comes_when_it_falls_due_though_other_batches_ran_since_its_dela
         job.close()
     running.check()
 
-    query = tmp_path / "i1" / "query"
-    waits = [retry_wait(query, a["due_at"], b["decided_at"]) for a, b in itertools.pairwise(delays())]
+    batches = batch_times(tmp_path / "i1" / "query")
+    waits = [retry_wait(batches, a["due_at"], b["decided_at"]) for a, b in itertools.pairwise(delays())]
     # Each retry's batch comes at the query's first look from its timer on, within a round of half
     # a second (measured: 36-104 ms). With the tick at its pace, counted from the batch that read
     # the delayed record back half a second after the one that delayed it, all but the first came
@@ -1193,7 +1203,8 @@ def test_what_a_restarted_job_holds_falls_due_on_time_not_a_pace_later(
 
     again = router_job(spark, kafka_bootstrap, prefix, tmp_path, trigger_seconds=0.25)
     run_until(again, lambda: all(len(h) >= 2 for h in delays().values()), "the retries")
-    waits = [retry_wait(query, h[0]["due_at"], h[1]["decided_at"], last) for h in delays().values()]
+    batches = batch_times(query, last)
+    waits = [retry_wait(batches, h[0]["due_at"], h[1]["decided_at"]) for h in delays().values()]
     # Each retry's batch comes at the restarted query's first look from its timer on, within a round
     # of a quarter of a second (measured: 0-241 ms). With the tick at its own pace, a batch a second
     # from the last, they came up to 706 and 720 ms after they could.
