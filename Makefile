@@ -40,12 +40,12 @@ test-jvm: setup ## the JUnit tests of jvm/state (no Spark): the Python reference
 		else cat $(JVM_CASES)/mvn-test.log; echo "junit: failed (log above, also in $(JVM_CASES)/mvn-test.log)" >&2; exit 1; fi
 
 test-integration: setup ## the tiers with brokers and Spark: integration, e2e and the fault tier
-	@# The tests that bound by the clock when a batch or a retry comes run first, one at a time: beside
-	@# another worker's fault test, on 2 cores, a batch can start a second late.
+	@# The tests that bound by the clock when a batch or a retry comes run first, one at a time:
+	@# beside another worker's fault test, on 2 cores, a batch can start a second late.
 	$(BIN)/pytest -q -n 0 -m timing --maxfail=$(MAXFAIL) tests/integration tests/e2e
 	@# The rest in one session (tests/conftest.py orders it): one worker starts on the two longest
-	@# tests while the other runs the short ones, then the rest longest first; --maxschedchunk 1: a worker takes
-	@# the next test when it is free (in chunks, the first worker would get every fault test).
+	@# tests while the other runs the short ones, then the rest longest first; --maxschedchunk 1:
+	@# a worker takes the next test when it is free (in chunks, the first would get every fault test).
 	@# --maxfail: a failure stops the session early. --durations names the slowest.
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --maxschedchunk 1 --maxfail=$(MAXFAIL) --durations=20 -m "not timing" tests/integration tests/e2e
 
