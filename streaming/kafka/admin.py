@@ -53,6 +53,24 @@ def admin_client(kafka: Kafka, *, lazy: bool = False) -> AdminClient:
     return AdminClient(config, logger=_LIBRDKAFKA_LOG)
 
 
+def brokers_listed(client: AdminClient, topic: str, timeout: float) -> ClusterMetadata | None:
+    """`topic`'s metadata (it lists the live brokers) as a kept client gets it; None: no answer.
+
+    None when no broker answered within `timeout`. The client's log lines are handed over here, to
+    the `streaming.kafka.librdkafka` logger: an admin client gives them only when it is polled, and
+    nothing else polls a kept one. Without this, the lines of a broker refusing it (the outage line,
+    `streaming.kafka.client_log`) came only when some other client happened to try a broker during
+    the outage, and the kept client's lines piled up unread (26 a second while its one broker was
+    away).
+    """
+    try:
+        return client.list_topics(topic, timeout=timeout)
+    except KafkaException:
+        return None
+    finally:
+        client.poll(0)
+
+
 def cluster_metadata(
     kafka: Kafka, timeout: float = 10.0, client: AdminClient | None = None
 ) -> ClusterMetadata:

@@ -36,7 +36,6 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -49,6 +48,7 @@ from streaming.contract import Outcome
 from streaming.errors import ConfigError, KafkaUnavailable, RouterError, short_error
 from streaming.kafka.admin import (
     admin_client,
+    brokers_listed,
     cluster_metadata,
     create_destination_topics,
     end_offsets,
@@ -420,6 +420,7 @@ class RouterJob:
                 self.executors.report()
                 self._report(query, on_batch)
                 self._watch_brokers()
+                self._serve_client_lines()
                 if self.metrics is not None:
                     self._late(time.time())
         finally:
@@ -597,10 +598,23 @@ class RouterJob:
             self._kafka_note = None
         return late
 
+    def _serve_client_lines(self) -> None:
+        """Hand the kept admin client's log lines over as they come: it gives them only when polled.
+
+        A refusal served seconds late, by the next ask, could start an outage's line again after a
+        batch written meanwhile had said Kafka was back.
+        """
+        with self._lock:
+            client = self._admin
+        if client is not None:
+            client.poll(0)
+
     def _watch_brokers(self) -> None:
         """Ask, in a thread, at most every `BROKERS_CHECK_EVERY_S`, which brokers the cluster lists.
 
-        A broker of several that goes away, and its return, are a line each (`BrokerWatch`).
+        A broker of several that goes away, and its return, are a line each (`BrokerWatch`). When
+        none answers, the ask's own client lines start the outage's line (`brokers_listed`), and
+        the next ask answered ends it, whether or not a micro-batch runs meanwhile.
         """
         with self._lock:
             if time.monotonic() - self._brokers_asked_at < BROKERS_CHECK_EVERY_S:
@@ -609,12 +623,14 @@ class RouterJob:
         client = self._kept_admin()
 
         def ask() -> None:
-            try:
-                # One topic's metadata: it lists every live broker, without every topic of the cluster.
-                metadata = client.list_topics(self.topology.outbound[0], timeout=BROKERS_CHECK_EVERY_S / 2)
-            except KafkaException:
-                return  # no broker answers: the clients' own outage line says so
+            asked = time.monotonic()
+            # One topic's metadata: it lists every live broker, without every topic of the cluster.
+            metadata = brokers_listed(client, self.topology.outbound[0], BROKERS_CHECK_EVERY_S / 2)
+            if metadata is None:
+                return  # no broker answered: the client's own lines, handed over, say so
             self._brokers.seen(brokers_of(metadata))
+            # Kafka answered: an outage ends here, though no batch runs (the input all routed).
+            self._outage.answered(log, asked)
 
         threading.Thread(target=ask, name="router-broker-watch", daemon=True).start()
 

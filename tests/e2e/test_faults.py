@@ -368,11 +368,14 @@ def ride_out(
     away: Callable[[], object],
     back: Callable[[], object],
     layout: Layout | None = None,
+    says: str | None = None,
 ) -> tuple[str, str]:
     """`router run` routes 20,000 messages; once the first are written, `away()` takes a broker away
     for `OUTAGE_S` and `back()` returns it: the router stays up, loses nothing, and copies at most a
     batch in flight. Returns the namespace's prefix and the router's log. `layout` places the input
-    topics (and any other) before the router starts."""
+    topics (and any other) before the router starts; `says`, words the router's log must show
+    before it is stopped (on a fast machine it may have routed every message before the outage
+    began: the line then comes from its broker watch, within seconds of the broker's return)."""
     prefix, traffic, settings, log, names = late_routed_stream(bootstrap, folder, layout=layout)
     router = start_router(settings, log, started)
     wait_for(lambda: written(bootstrap, names) > 0, 300, "routing", router, log)
@@ -392,6 +395,8 @@ def ride_out(
             return False
 
     wait_for(all_there, 300, "every message", router, log)
+    if says is not None:
+        wait_for(lambda: says in log.read_text(errors="replace"), 60, repr(says), router, log)
     stop(router, log)
     assert_every_message_accounted_for(bootstrap, prefix, traffic, max_copies=2, late_delayed=False)
     return prefix, log.read_text()
@@ -407,7 +412,12 @@ def test_a_broker_stopped_and_started_mid_stream_loses_nothing(
         broker.start(detach=False)
         try:
             _, output = ride_out(
-                broker.bootstrap, tmp_path, started, broker.stop, lambda: broker.start(detach=False)
+                broker.bootstrap,
+                tmp_path,
+                started,
+                broker.stop,
+                lambda: broker.start(detach=False),
+                says="Kafka reachable again",
             )
             assert "Kafka unreachable" in output and "Kafka reachable again" in output, output[-3000:]
             assert output.count("Connection refused") <= 2, output[-3000:]
