@@ -41,6 +41,7 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("memory: processor", "the conversation memory's rules (router.state) in the state processor"),
     ("memory: state store", "the state store (RocksDB) and Spark's stateful operator"),
     ("memory: rows", "rows into and out of the processor: shuffle read, sort, encoders, projections"),
+    ("memory: K2 pass", "the decision's pass the processor runs to keep choices at once (ProcessorPass)"),
     ("decision", "the decision's pass (router.rules and its Spark adapter) and its headers"),
     ("output", "the output records (SQL: message, dead letter, choice, request) and their metrics"),
     ("producer", "the Kafka producer (Spark's writer and the client), I/O thread included"),
@@ -58,6 +59,11 @@ _DRIVER = "stream execution thread"
 
 _PROCESSOR = ("router.state.", "router.spark.ConversationState")
 """The state processor's frames: the conversation memory's rules and the Spark processor around them."""
+
+
+_K2_PASS = "router.spark.ProcessorPass"
+"""The decision's pass as the state processor runs it (K2 kept at once): each message it lets out
+is decided there, then again by the decision's own pass."""
 
 
 def _deciding(frame: str) -> bool:
@@ -101,6 +107,8 @@ def step_of(thread: str, frames: Sequence[str]) -> str:
         if _any(frames, r"JsonToStructs|jackson"):
             return "choices"
         return "shuffle"
+    if any(f.startswith(_K2_PASS) for f in frames):
+        return "memory: K2 pass"  # the rules' frames under it: the decision made a first time
     rules = [i for i, f in enumerate(frames) if _deciding(f)]
     if rules:
         last = rules[-1]

@@ -41,6 +41,21 @@ STEP = [f"{PROCESSOR}.handleInputRows", f"{PROCESSOR}.step"]
         ),
         (TASK, [*RESULT, *PULL, *STATE, *STEP, "router.state.ConversationMemory.step"], "memory: processor"),
         (TASK, [*RESULT, *PULL, *STATE, *STEP, "org.rocksdb.RocksDB.get"], "memory: state store"),
+        # K2 kept at once: the processor decides the message a first time, in its own pass.
+        (
+            TASK,
+            [
+                *RESULT,
+                *PULL,
+                *STATE,
+                *STEP,
+                f"{PROCESSOR}.keepsChoice",
+                "router.spark.ProcessorPass.choose",
+                "router.rules.PassMemory.decide",
+                "router.rules.Engine.decide",
+            ],
+            "memory: K2 pass",
+        ),
         (
             TASK,
             [
