@@ -456,6 +456,7 @@ class RouterJob:
         try:
             while query.isActive:
                 self.executors.report()
+                self._serve_client_lines()
                 last = query.lastProgress  # one read for both: a py4j call and a parse
                 self._report(query, on_batch, last)
                 if stop is not None and stop.is_set():
