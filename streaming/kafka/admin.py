@@ -57,11 +57,12 @@ def brokers_listed(client: AdminClient, topic: str, timeout: float) -> ClusterMe
     """`topic`'s metadata (it lists the live brokers) as a kept client gets it; None: no answer.
 
     None when no broker answered within `timeout`. The client's log lines are handed over here, to
-    the `streaming.kafka.librdkafka` logger: an admin client gives them only when it is polled, and
-    nothing else polls a kept one. Without this, the lines of a broker refusing it (the outage line,
-    `streaming.kafka.client_log`) came only when some other client happened to try a broker during
-    the outage, and the kept client's lines piled up unread (26 a second while its one broker was
-    away).
+    the `streaming.kafka.librdkafka` logger (an admin client gives them only when it is polled),
+    before the caller hears the answer: a refusal queued during the ask then belongs to the outage
+    the answer may end (`OutageLog.answered`), instead of starting a new one once it is over. The
+    job also polls its kept client between asks (`RouterJob._serve_client_lines`); unpolled, its
+    lines piled up unread (26 a second while its one broker was away), and an outage showed only
+    when some other client happened to try a broker meanwhile.
     """
     try:
         return client.list_topics(topic, timeout=timeout)

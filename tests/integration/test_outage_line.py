@@ -51,7 +51,7 @@ def test_the_kept_admin_client_tells_of_an_outage_when_no_other_client_asks(
         broker.start()
         asked = time.monotonic()
         assert brokers_listed(client, "watched", 30.0) is not None
-        outage.answered(librdkafka_log(), asked)  # what the job does when a batch asked since is written
+        outage.answered(librdkafka_log(), asked)  # as the job does once its ask, or a batch, is answered
         assert caplog.records[-1].getMessage().startswith("Kafka reachable again after "), lines
         assert outage.unreachable() is None
     finally:
