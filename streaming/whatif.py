@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from streaming.contract import Outcome
 from streaming.errors import ConfigError
 from streaming.rules.model import Route, normalize_address
 from streaming.rules.scoping import MSDB
@@ -156,7 +157,7 @@ class Fate:
     @property
     def delayed(self) -> bool:
         """Whether the message is delayed (D1, D2)."""
-        return self.outcome == "delayed"
+        return self.outcome == Outcome.DELAYED.value
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streaming import topics
+from streaming.contract import Reason
 from streaming.errors import KafkaUnavailable, RouterError
 from streaming.instants import format_age, format_instant, format_span, parse_instant
 from streaming.kafka.admin import cluster_metadata
@@ -326,7 +327,7 @@ def summarise_dropped(records: Iterable[HeaderRecord]) -> DroppedFigures:
         reason = record.headers.get("reason") or "no reason header"
         reasons[reason] += 1
         outcomes[record.headers.get("outcome") or "no outcome header"] += 1
-        if reason == "destination_unavailable":
+        if reason == Reason.DESTINATION_UNAVAILABLE.value:
             unavailable[record.headers.get("destination") or "no destination header"] += 1
     return DroppedFigures(
         sum(reasons.values()), _sorteddict(reasons), _sorteddict(outcomes), _sorteddict(unavailable)

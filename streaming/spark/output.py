@@ -35,7 +35,7 @@ from pyspark.sql.avro.functions import from_avro, to_avro
 from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
 
 from streaming import topics
-from streaming.contract import FIRST_COLUMN, Reason
+from streaming.contract import FIRST_COLUMN, Outcome, Reason
 from streaming.kafka.avro import schema_json
 from streaming.rules.model import BROKER_CONFIGURATION_SERVICE, MISSING_ROUTE_MESSAGE_TYPE
 from streaming.spark.sources import SOURCE_DELAYED, SOURCE_INBOUND, topic_for
@@ -97,11 +97,12 @@ def _message_value() -> Column:
     # Decoded again here only for the few it changes; those decoded once already (FAILFAST keeps
     # the schema's required fields required, so the record encodes back without a nullable field).
     rec = from_avro(F.col("value"), schema, {"mode": "FAILFAST"})
+    forward, delayed = Outcome.FORWARD.value, Outcome.DELAYED.value
     changed = rec.withField(
         "hops_remaining",
-        F.when(outcome == "forward", F.col("d_hops_remaining")).otherwise(rec["hops_remaining"]),
-    ).withField("attempt", F.when(outcome == "delayed", rec["attempt"] + 1).otherwise(rec["attempt"]))
-    return F.when(outcome.isin("forward", "delayed"), to_avro(changed, schema)).otherwise(F.col("value"))
+        F.when(outcome == forward, F.col("d_hops_remaining")).otherwise(rec["hops_remaining"]),
+    ).withField("attempt", F.when(outcome == delayed, rec["attempt"] + 1).otherwise(rec["attempt"]))
+    return F.when(outcome.isin(forward, delayed), to_avro(changed, schema)).otherwise(F.col("value"))
 
 
 def with_destinations(decided: DataFrame, d: Destinations) -> DataFrame:
