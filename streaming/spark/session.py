@@ -6,6 +6,7 @@ with are those the job runs with.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -168,31 +169,76 @@ def local_conf(jars: list[Path]) -> dict[str, str]:
     }
 
 
+JVM_NOTICES_DROPPED = (b"WARNING: Using incubator modules:",)
+"""The starts of the lines the session's JVM writes to stderr that the router leaves out.
+
+Spark's launcher adds `--add-modules=jdk.incubator.vector` to every JVM it starts, and the JVM
+then says so on stderr as it starts: a line in front of every command's own, which tells a user
+nothing they could act on.
+"""
+
+
+def relay_stderr(pipe: Any, drop: Sequence[bytes] = JVM_NOTICES_DROPPED) -> threading.Thread:
+    """Copy the lines of `pipe` (the JVM's stderr) to this process's stderr, leaving out `drop`'s.
+
+    The thread reads until the JVM closes its end, and ends its own then. A failed write does not
+    end it: its pipe would close under the JVM, whose later lines (a failed query's among them)
+    would all be lost, also once this process's stderr could take them again.
+    """
+
+    def copy() -> None:
+        with pipe:
+            for line in iter(pipe.readline, b""):
+                if line.startswith(drop):
+                    continue
+                with contextlib.suppress(OSError):  # stderr gone: the JVM's lines still drain
+                    os.write(2, line)
+
+    thread = threading.Thread(target=copy, name="jvm-stderr", daemon=True)
+    thread.start()
+    return thread
+
+
 @contextmanager
-def _jvm_ignores_sigterm() -> Iterator[None]:
-    """While the SparkSession is built, the JVM PySpark starts is started with SIGTERM ignored.
+def _jvm_launched() -> Iterator[None]:
+    """While the SparkSession is built, the JVM it starts ignores SIGTERM; its stderr is relayed.
 
     PySpark starts its JVM with SIGINT ignored, so that Ctrl-C in a terminal (sent to the whole
     process group) reaches only the Python side, which stops the query between micro-batches. A
     SIGTERM to the group (systemd, `kill -TERM -PGID`) would instead end the JVM at once, under the
     query. A JVM that starts with a signal ignored leaves it ignored; the disposition is set only
-    around the fork of the JVM, and the JVM still ends with the Python process (its stdin closes).
+    around the fork of the JVM (from the main thread: only it can change a disposition), and the JVM
+    still ends with the Python process (its stdin closes).
+
+    The JVM's stderr reaches this process's through `relay_stderr`. When the JVM does not start,
+    its own lines (the reason) are relayed before the error goes on.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal dispositions can only be changed from the main thread
-        return
     original = java_gateway.Popen
+    on_main = threading.current_thread() is threading.main_thread()
+    relays: list[tuple[subprocess.Popen[Any], threading.Thread]] = []
 
     def popen(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
-        previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        relayed = "stderr" not in kwargs
+        if relayed:
+            kwargs["stderr"] = subprocess.PIPE
+        previous = signal.signal(signal.SIGTERM, signal.SIG_IGN) if on_main else signal.SIG_DFL
         try:
-            return original(*args, **kwargs)
+            process = original(*args, **kwargs)
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            if on_main:
+                signal.signal(signal.SIGTERM, previous)
+        if relayed:
+            relays.append((process, relay_stderr(process.stderr)))
+        return process
 
     java_gateway.Popen = popen  # type: ignore[misc,assignment]
     try:
         yield
+    except BaseException:
+        for process, relay in relays:
+            if process.poll() is not None:  # a JVM still running (a refused master) says nothing more now
+                relay.join(timeout=5.0)
+        raise
     finally:
         java_gateway.Popen = original  # type: ignore[misc]
 
@@ -391,7 +437,7 @@ def build_session(
     if master.startswith("spark://"):
         wait_for_master(master, say=say)
     try:
-        with _jvm_ignores_sigterm():
+        with _jvm_launched():
             spark = builder.getOrCreate()
     except Py4JJavaError as exc:
         if "stopped SparkContext" not in str(exc) or not master.startswith("spark://"):

@@ -44,6 +44,8 @@ def test_resolve_prints_one_json_decision_per_line(engine: str) -> None:
     assert decisions[0]["route"] == "BalancedRouteOne" and decisions[0]["match_step"] == "M1"
     # Spark keeps quiet without --verbose: not even the two lines it prints when it starts as a shell.
     assert "log level" not in result.stderr and " WARN " not in result.stderr, result.stderr
+    # Nor the JVM's notice of the incubator module Spark's launcher adds (streaming.spark.session).
+    assert "incubator" not in result.stderr, result.stderr
 
 
 def test_a_bad_scenario_file_is_a_clear_error(tmp_path: Path) -> None:
