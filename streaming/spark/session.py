@@ -22,6 +22,7 @@ from typing import Any
 
 from py4j.protocol import Py4JJavaError
 from pyspark import java_gateway
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import Column, SparkSession
 from pyspark.sql.types import AtomicType, CharType, DataType, VarcharType
 
@@ -446,6 +447,13 @@ def build_session(
             f"the Spark master at {master} did not take the router's application (Spark's driver "
             "gives up after 60 s): the master's log says why; a driver the master cannot reach back "
             "needs SPARK_LOCAL_IP (or spark.driver.host) set to an address it can"
+        ) from None
+    except PySparkRuntimeError as exc:
+        if exc.getCondition() != "JAVA_GATEWAY_EXITED":
+            raise
+        raise RouterError(
+            "Spark's JVM ended as it started: its own lines above say why (most often an option in "
+            f"{SPARK_JVM_OPTIONS_ENV} that it refuses, or no Java 17 or later on PATH or in JAVA_HOME)"
         ) from None
     spark.sparkContext.setLogLevel(level)
     if not verbose:

@@ -48,6 +48,26 @@ def test_resolve_prints_one_json_decision_per_line(engine: str) -> None:
     assert "incubator" not in result.stderr, result.stderr
 
 
+def test_a_jvm_that_does_not_start_is_a_clear_error_with_its_own_reason() -> None:
+    # A heap size among the JVM's options: Spark's launcher refuses it and the JVM ends at once.
+    env = {**os.environ, "ROUTER_JVM_OPTIONS": f"{os.environ.get('ROUTER_JVM_OPTIONS', '')} -Xmx1k"}
+    result = subprocess.run(
+        [*ROUTER, "resolve", "--engine", "spark", str(EXAMPLE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Not allowed to specify max heap" in result.stderr  # the JVM's reason, relayed
+    last = result.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("router resolve: error: Spark's JVM ended as it started: its own lines above")
+    assert "ROUTER_JVM_OPTIONS" in last
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
 def test_a_bad_scenario_file_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ninstance: {name: i1}\nroutes: [{scope: AW, name: R, address: 'ftp://x'}]\n")
