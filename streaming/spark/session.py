@@ -193,7 +193,8 @@ def relay_stderr(pipe: Any, drop: Sequence[bytes] = JVM_NOTICES_DROPPED) -> thre
                 if line.startswith(drop):
                     continue
                 with contextlib.suppress(OSError):  # stderr gone: the JVM's lines still drain
-                    os.write(2, line)
+                    while line:  # a write interrupted by a signal may take only part of a line
+                        line = line[os.write(2, line) :]
 
     thread = threading.Thread(target=copy, name="jvm-stderr", daemon=True)
     thread.start()
