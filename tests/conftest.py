@@ -18,6 +18,7 @@ import os
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -145,7 +146,32 @@ LONGEST = (
     "test_five_kills_at_random_moments_lose_nothing",
     "test_a_to_b_through_a_forwarder_killed_twice_delivers_each_message_once_in_order",
 )
-"""The suite's two longest tests (7-9 minutes each on 2 cores), which start it."""
+"""The suite's two longest tests (177 and 142 s in `bash .ci/run` on 2026-12-07, a slow day, when
+the whole suite took 1,510 s), which start it."""
+
+UNIT_DIR = Path(__file__).parent / "unit"
+
+UNIT_TIMEOUT_S = 60
+"""A unit test's bound in seconds: the slowest take 5 s (a Kafka client that finds no broker)."""
+
+FAULT_TIMEOUT_S = 900
+"""A fault test's bound: the longest, `LONGEST`'s first, took 177 s on 2026-12-07 (196 s alone on
+2026-11-29, `TEST_COMPILER`). Every other test has pyproject's `timeout` (300 s): outside the fault
+tier, the integration and e2e tests took at most 59 s that day."""
+
+
+def bound(item: pytest.Item) -> None:
+    """Give `item` its tier's time bound (pytest-timeout's `timeout` marker) unless it has its own.
+
+    A fault test gets `FAULT_TIMEOUT_S`, a test of tests/unit `UNIT_TIMEOUT_S`; the others keep
+    pyproject's `timeout`. A test that runs past its bound fails with every thread's stack.
+    """
+    if item.get_closest_marker("timeout") is not None:
+        return
+    if item.get_closest_marker("fault") is not None:
+        item.add_marker(pytest.mark.timeout(FAULT_TIMEOUT_S))
+    elif UNIT_DIR in item.path.parents:
+        item.add_marker(pytest.mark.timeout(UNIT_TIMEOUT_S))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -156,7 +182,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     longest tests (`LONGEST`) while the second runs the short ones (integration tier, then unmarked),
     so a broken integration test fails within minutes rather than after the long tiers; then the
     other long tests, fault tier before e2e (`COST_ORDER`). Within a tier the files' order is kept.
+    Each test also gets its tier's time bound (`bound`), so that a hang fails within minutes too.
     """
+    for item in items:
+        bound(item)
     short = COST_ORDER.index("integration")
 
     def place(item: pytest.Item) -> tuple[int, int]:
