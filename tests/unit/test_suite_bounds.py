@@ -69,7 +69,8 @@ def test_pyproject_bounds_every_test_by_the_signal_method(tmp_path: Path) -> Non
 
 def test_the_unit_and_fault_tiers_have_their_own_bounds_and_the_rest_pyproject_s(tmp_path: Path) -> None:
     (tmp_path / "report_bounds.py").write_text(REPORT_BOUNDS)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    paths = [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     files = [
         "tests/unit/test_suite_bounds.py",
         "tests/e2e/test_faults.py",
