@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 from pyspark.sql import SparkSession
 
 from streaming import topics
@@ -372,6 +372,24 @@ def existing(bootstrap: str, names: Iterable[str]) -> list[str]:
 def records_in(bootstrap: str, names: Iterable[str]) -> int:
     """How many records the topics hold (end offsets; a topic not created yet holds none)."""
     return sum(sum(end_offsets(bootstrap, n).values()) for n in existing(bootstrap, names))
+
+
+def watcher(bootstrap: str, topic: str, group: str) -> Consumer:
+    """A consumer of `topic` from its first record, subscribed now, before the topic need exist.
+
+    It looks for the topic's metadata every 200 ms, so a topic made after it subscribed is read
+    within a fraction of a second (the start's figures count to the first record it receives).
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "topic.metadata.refresh.interval.ms": 200,
+        }
+    )
+    consumer.subscribe([topic])
+    return consumer
 
 
 def read_topics(bootstrap: str, names: Iterable[str], timeout: float = 120.0) -> Iterator[Message]:

@@ -13,8 +13,11 @@ The runs alternate between the driver JVM with its class archive (`make setup` r
 `streaming.spark.session.archive_options`) and without it (`ROUTER_CLASS_ARCHIVE=off`), on the same
 machine, so the archive's share is measured with the figure. After each run with the archive, the
 router is stopped, a second message is sent, and `router run` starts again on the same checkpoint:
-a resumed start, which also loads the checkpoint's offsets and conversation memory. Without
---bootstrap it starts the embedded broker on a free port.
+a resumed start, which also loads the checkpoint's offsets and conversation memory. Each round
+also starts Spark's own floor, a bare streaming pass-through in the router's session
+(`bench.spark_start`), timed the same way: what the router adds to a start is its figure less that
+one, measured on the same machine in the same minutes. Without --bootstrap it starts the embedded
+broker on a free port.
 """
 
 from __future__ import annotations
@@ -27,10 +30,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer
-
-from bench.common import kafka, message_id, new_prefix, prepare, progress
+from bench.common import kafka, message_id, new_prefix, prepare, progress, watcher
 from bench.router_process import RouterProcess
+from bench.spark_start import first_copied_s
 from streaming.spark.session import CLASS_ARCHIVE_ENV
 
 RUNS = 3
@@ -49,6 +51,8 @@ class StartupResult:
     """With `ROUTER_CLASS_ARCHIVE=off`."""
     resumed_s: tuple[float, ...] = ()
     """With the archive, started again on the checkpoint the run before it left."""
+    spark_s: tuple[float, ...] = ()
+    """Spark's own start: a bare pass-through in the router's session (`bench.spark_start`)."""
 
     @property
     def median_s(self) -> float:
@@ -62,6 +66,15 @@ class StartupResult:
     @property
     def resumed_median_s(self) -> float:
         return statistics.median(self.resumed_s) if self.resumed_s else float("nan")
+
+    @property
+    def spark_median_s(self) -> float:
+        return statistics.median(self.spark_s) if self.spark_s else float("nan")
+
+    @property
+    def added_s(self) -> float:
+        """What the router adds to Spark's own start: the medians' difference (NaN when not measured)."""
+        return self.median_s - self.spark_median_s
 
 
 def first_routed_s(
@@ -77,15 +90,7 @@ def first_routed_s(
     environment = {} if archive else {CLASS_ARCHIVE_ENV: "off"}
     router = RouterProcess(bootstrap, prefix, folder / prefix, environment=environment)
     probe, queue = router.send_probe("start")
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-start-{prefix}",
-            "auto.offset.reset": "earliest",
-            "topic.metadata.refresh.interval.ms": 200,
-        }
-    )
-    consumer.subscribe([queue])
+    consumer = watcher(bootstrap, queue, f"bench-start-{prefix}")
 
     def routed_s(probe: str) -> float:
         started = time.monotonic()  # `start` is the fork and exec, nothing before it
@@ -113,11 +118,12 @@ def first_routed_s(
 
 
 def measure_startup(bootstrap: str, runs: int = RUNS) -> StartupResult:
-    """`runs` starts with the class archive and as many without, alternating."""
+    """`runs` starts with the class archive, as many without, and as many of Spark's own, in turn."""
     folder = Path(tempfile.mkdtemp(prefix="router-bench-start-"))
     archived: list[float] = []
     plain: list[float] = []
     resumed: list[float] = []
+    spark: list[float] = []
     try:
         for run in range(runs):
             for archive, into in ((True, archived), (False, plain)):
@@ -131,9 +137,14 @@ def measure_startup(bootstrap: str, runs: int = RUNS) -> StartupResult:
                 )
                 if again is not None:
                     resumed.append(again)
+            spark.append(first_copied_s(bootstrap, folder))
+            progress(
+                f"bench: start {run + 1} of {runs} of Spark's own pass-through: "
+                f"first message copied {spark[-1]:.1f} s after the process started"
+            )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    return StartupResult(tuple(archived), tuple(plain), tuple(resumed))
+    return StartupResult(tuple(archived), tuple(plain), tuple(resumed), tuple(spark))
 
 
 def main() -> None:
@@ -150,7 +161,8 @@ def main() -> None:
     print(
         f"first message routed {result.median_s:.1f} s after the process started "
         f"(median of {len(result.archived_s)}; without the class archive {result.plain_median_s:.1f} s; "
-        f"resumed on its checkpoint {result.resumed_median_s:.1f} s)"
+        f"resumed on its checkpoint {result.resumed_median_s:.1f} s); Spark's own pass-through "
+        f"{result.spark_median_s:.1f} s, so the router adds {result.added_s:.1f} s"
     )
 
 

@@ -1,5 +1,6 @@
-"""The throughput bench's pass-throughs: each copies every record, and the one with the router's
-headers writes the headers a sent message carries, in the contract's order, with values per row."""
+"""The bench's pass-throughs: each copies every record, and the one with the router's headers
+writes the headers a sent message carries, in the contract's order, with values per row; Spark's
+own start (`bench.spark_start`) is timed to its first copy and its process stopped."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from bench.common import produce_messages
+from bench.spark_start import TIMEOUT_S as START_TIMEOUT_S
+from bench.spark_start import first_copied_s, topics_of
 from bench.throughput import SENT_HEADERS, run_passthrough
 from streaming.contract import MESSAGE_HEADERS, Outcome
 from streaming.kafka.avro import decode_message
@@ -54,3 +57,31 @@ def test_the_pass_through_with_headers_writes_each_record_with_the_routers_heade
         )
     # The same records, byte for byte, in both copies.
     assert sorted(r.value() or b"" for r in written) == sorted(r.value() or b"" for r in copied)
+
+
+def test_sparks_own_start_is_timed_to_its_first_copy_and_its_process_is_stopped(
+    kafka_bootstrap: str, unique_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    prefix = unique_topic("spark-start")
+    seconds = first_copied_s(kafka_bootstrap, tmp_path, prefix)
+
+    assert 0 < seconds < START_TIMEOUT_S
+    source, sink = topics_of(prefix)
+    sent, copied = records_now(kafka_bootstrap, source), records_now(kafka_bootstrap, sink)
+    assert len(sent) == len(copied) == 1
+    assert copied[0].value() == sent[0].value() and copied[0].key() == sent[0].key()
+    # Stopped: no process is left that copies this namespace's topics.
+    assert _commands_naming(source) == []
+
+
+def _commands_naming(text: str) -> list[str]:
+    """The command lines of this machine's processes that hold `text`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            command = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # the process ended meanwhile
+            continue
+        if text in command:
+            found.append(command)
+    return found
