@@ -31,9 +31,11 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from bench.common import AW, lone_message, message_id, new_prefix, progress, watcher
+from streaming.kafka.admin import ensure_topics
 
 TIMEOUT_S = 180.0
 STOP_GRACE_S = 30.0
+PROJECT = Path(__file__).resolve().parents[1]
 
 
 def topics_of(prefix: str) -> tuple[str, str]:
@@ -47,8 +49,6 @@ def first_copied_s(bootstrap: str, folder: Path, prefix: str | None = None) -> f
     On the new topics of namespace `prefix` (`topics_of`; by default a fresh one), with its log and
     checkpoint in `folder`; the process is stopped before this returns or raises.
     """
-    from streaming.kafka.admin import ensure_topics
-
     prefix = prefix or new_prefix()
     source, sink = topics_of(prefix)
     ensure_topics(bootstrap, [source, sink])
@@ -74,6 +74,7 @@ def first_copied_s(bootstrap: str, folder: Path, prefix: str | None = None) -> f
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                cwd=PROJECT,  # where `-m bench.spark_start` is found
             )
         while time.monotonic() - started < TIMEOUT_S:
             record = consumer.poll(0.05)
@@ -82,6 +83,8 @@ def first_copied_s(bootstrap: str, folder: Path, prefix: str | None = None) -> f
             if process.poll() is not None:
                 break
         tail = log.read_text(errors="replace")[-3000:]
+        if process.poll() is not None:
+            raise RuntimeError(f"the Spark pass-through ended ({process.returncode}), none copied:\n{tail}")
         raise RuntimeError(f"the Spark pass-through copied nothing within {TIMEOUT_S:g} s:\n{tail}")
     finally:
         if process is not None:
