@@ -69,6 +69,21 @@ class RouterStop:
         return f"router run: exited {self.exit_code} {self.seconds:.1f} s after SIGINT"
 
 
+def stop_group(process: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> RouterStop:
+    """SIGINT to the process group `process` leads (its JVM too); SIGKILL if it has not exited in `grace`."""
+    started = time.monotonic()
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGINT)
+    killed = False
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(30)
+        killed = True
+    return RouterStop(process.returncode, time.monotonic() - started, killed)
+
+
 class RouterProcess:
     """One `router run` for `instance` on the `prefix` namespace; a context manager that stops it."""
 
@@ -165,17 +180,7 @@ class RouterProcess:
         """SIGINT to the router's process group; SIGKILL when it has not exited within `grace`."""
         if self.process is None:
             return RouterStop(None, 0.0, killed=False)
-        started = time.monotonic()
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGINT)
-        killed = False
-        try:
-            self.process.wait(grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(30)
-            killed = True
-        return RouterStop(self.process.returncode, time.monotonic() - started, killed)
+        return stop_group(self.process, grace)
 
     def __enter__(self) -> RouterProcess:
         self.start()

@@ -19,9 +19,7 @@ machine's speed; their difference and ratio say how much of a start is the route
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,6 +29,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from bench.common import AW, lone_message, message_id, new_prefix, progress, watcher
+from bench.router_process import stop_group
 from streaming.kafka.admin import ensure_topics
 
 TIMEOUT_S = 180.0
@@ -88,19 +87,8 @@ def first_copied_s(bootstrap: str, folder: Path, prefix: str | None = None) -> f
         raise RuntimeError(f"the Spark pass-through copied nothing within {TIMEOUT_S:g} s:\n{tail}")
     finally:
         if process is not None:
-            _stop(process)
+            stop_group(process, STOP_GRACE_S)
         consumer.close()
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGINT to the process group (its JVM too); SIGKILL when it has not ended within the grace."""
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGINT)
-    try:
-        process.wait(STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(30)
 
 
 def run_pass_through(bootstrap: str, source: str, sink: str, checkpoint: str) -> None:
