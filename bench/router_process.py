@@ -9,12 +9,14 @@ Readiness is seen, not guessed: `wait_until_routing` sends one probe message to 
 the instance and waits until the router has delivered it to that service's queue topic, so the
 query has started, read the routes and the catalog, and written a record.
 
-`stop` sends SIGINT to the process group, as Ctrl-C in a terminal does, and waits; past the grace
-period it kills the group (SIGKILL) and says so in the returned `RouterStop`.
+`stop` sends SIGINT to the process group, as Ctrl-C in a terminal does, and waits until every process
+of the group has ended, the JVM too; past the grace period it kills the group (SIGKILL) and says so in
+the returned `RouterStop`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -42,6 +44,7 @@ from bench.common import (
     read_topics,
 )
 from streaming import topics
+from streaming.devtools.processes import group
 from streaming.rules.model import Instance
 
 READY_TIMEOUT_S = 300.0
@@ -58,9 +61,9 @@ class RouterStop:
 
     exit_code: int | None
     seconds: float
-    """From SIGINT until the process ended (or was killed)."""
+    """From SIGINT until the process and the rest of its group (its JVM) ended, or were killed."""
     killed: bool
-    """It had not exited `STOP_GRACE_S` after SIGINT and was killed with SIGKILL."""
+    """They had not all exited `STOP_GRACE_S` after SIGINT and were killed with SIGKILL."""
 
     def describe(self) -> str:
         """One line on how the router stopped."""
@@ -70,17 +73,24 @@ class RouterStop:
 
 
 def stop_group(process: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> RouterStop:
-    """SIGINT to the process group `process` leads (its JVM too); SIGKILL if it has not exited in `grace`."""
+    """SIGINT to the process group `process` leads, and a wait for the whole group: the JVM goes on
+    shutting down for a while after its Python parent has exited, and a benchmark that went on
+    meanwhile would time its next start beside it. SIGKILL to the group once `grace` has passed."""
     started = time.monotonic()
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGINT)
     killed = False
     try:
         process.wait(grace)
+        while group(process.pid):
+            if time.monotonic() - started > grace:
+                raise subprocess.TimeoutExpired(process.args, grace)
+            time.sleep(0.05)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(30)
         killed = True
+        with contextlib.suppress(ProcessLookupError):  # every member ended meanwhile
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(30)
     return RouterStop(process.returncode, time.monotonic() - started, killed)
 
 
@@ -177,7 +187,7 @@ class RouterProcess:
             time.sleep(0.5)
 
     def stop(self, grace: float = STOP_GRACE_S) -> RouterStop:
-        """SIGINT to the router's process group; SIGKILL when it has not exited within `grace`."""
+        """SIGINT to the router's process group; SIGKILL when the group has not exited within `grace`."""
         if self.process is None:
             return RouterStop(None, 0.0, killed=False)
         return stop_group(self.process, grace)

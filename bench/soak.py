@@ -72,7 +72,7 @@ from bench.memory import folder_mb
 from bench.router_process import RouterProcess
 from streaming import topics
 from streaming.devtools.embedded_kafka import free_port
-from streaming.devtools.spark_cluster import children
+from streaming.devtools.processes import children
 from streaming.spark.session import JVM_OPTIONS_ENV
 
 ROUTES = 10

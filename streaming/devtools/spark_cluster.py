@@ -39,6 +39,7 @@ from types import TracebackType
 from typing import Any
 
 from streaming.devtools.embedded_kafka import HOST, _stop_with_parent, free_port, port_is_free
+from streaming.devtools.processes import children
 from streaming.errors import RouterError
 from streaming.jvm_flags import SPARK_JVM_OPTIONS_ENV, flags_from_env
 
@@ -91,19 +92,6 @@ class Worker:
     def executors(self) -> list[int]:
         """The process ids of the executor JVMs this worker runs now (its child processes)."""
         return children(self.process.pid)
-
-
-def children(pid: int) -> list[int]:
-    """The process ids whose parent is `pid` (from /proc; empty where there is none)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # ended meanwhile
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
 
 
 class StandaloneCluster:

@@ -16,7 +16,8 @@ import pytest
 from processes import start_router, stop, wait_for, written
 from test_faults import accounted, assert_every_message_accounted_for, late_routed_stream
 
-from streaming.devtools.spark_cluster import StandaloneCluster, children, driver_environment
+from streaming.devtools.processes import children, command_line, command_text
+from streaming.devtools.spark_cluster import StandaloneCluster, driver_environment
 from streaming.spark.session import CLASS_ARCHIVE_ENV
 from tests.class_archive import archive_mappings
 
@@ -31,26 +32,15 @@ def children_running(pid: int, program: str) -> list[int]:
     begins with it. Only the executable counts, not an argument that names a path with it."""
     found = []
     for child in children(pid):
-        try:
-            executable = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0", 1)[0]
-        except OSError:
-            continue  # ended meanwhile
-        if Path(executable.decode(errors="replace")).name.startswith(program):
+        executable = command_line(child).split(b"\0", 1)[0]
+        if executable and Path(executable.decode(errors="replace")).name.startswith(program):
             found.append(child)
     return found
 
 
 def command_lines(pids: list[int]) -> dict[int, str]:
     """Each process's command line, as text (for a failure's message; empty once it has ended)."""
-    lines = {}
-    for pid in pids:
-        try:
-            lines[pid] = (
-                Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            )
-        except OSError:
-            lines[pid] = ""
-    return lines
+    return {pid: command_text(pid) for pid in pids}
 
 
 def test_a_worker_killed_with_its_executor_mid_stream_loses_nothing(

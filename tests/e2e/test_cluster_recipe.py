@@ -25,6 +25,7 @@ from test_faults import LATE, accounted, namespace, send_traffic
 
 from streaming import topics
 from streaming.devtools.embedded_kafka import free_port
+from streaming.devtools.processes import command_line, group
 from streaming.rules.model import Route
 from streaming.tables.topic_io import put_route
 
@@ -40,27 +41,6 @@ def recipe() -> str:
     found = re.search(r"```bash\n(.*?)```", text.split(SECTION, 1)[1], re.DOTALL)
     assert found, f"the README's {SECTION!r} section holds a bash block"
     return found.group(1)
-
-
-def group(pgid: int) -> list[int]:
-    """The live processes of process group `pgid` (from /proc)."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(stat.parent.name))
-    return members
-
-
-def command_line(pid: int) -> bytes:
-    """The arguments `pid` runs with, NUL-separated (empty once it has ended)."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 def end_group(pgid: int, timeout_s: float = 60.0) -> None:

@@ -15,6 +15,7 @@ from bench.spark_start import TIMEOUT_S as START_TIMEOUT_S
 from bench.spark_start import first_copied_s, topics_of
 from bench.throughput import SENT_HEADERS, run_passthrough
 from streaming.contract import MESSAGE_HEADERS, Outcome
+from streaming.devtools.processes import command_text, holding_environment
 from streaming.kafka.avro import decode_message
 from streaming.kafka.consuming import header_pairs
 from tests.topic_records import records_now
@@ -60,9 +61,12 @@ def test_the_pass_through_with_headers_writes_each_record_with_the_routers_heade
 
 
 def test_sparks_own_start_is_timed_to_its_first_copy_and_its_process_is_stopped(
-    kafka_bootstrap: str, unique_topic: Callable[[str], str], tmp_path: Path
+    kafka_bootstrap: str, unique_topic: Callable[[str], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prefix = unique_topic("spark-start")
+    # Inherited by the pass-through's process and its JVM: whatever is left of them is found by it.
+    mark = f"{prefix}-pass-through"
+    monkeypatch.setenv(MARK, mark)
     seconds = first_copied_s(kafka_bootstrap, tmp_path, prefix)
 
     assert 0 < seconds < START_TIMEOUT_S
@@ -70,18 +74,10 @@ def test_sparks_own_start_is_timed_to_its_first_copy_and_its_process_is_stopped(
     sent, copied = records_now(kafka_bootstrap, source), records_now(kafka_bootstrap, sink)
     assert len(sent) == len(copied) == 1
     assert copied[0].value() == sent[0].value() and copied[0].key() == sent[0].key()
-    # Stopped: no process is left that copies this namespace's topics.
-    assert _commands_naming(source) == []
+    # Stopped: neither the pass-through's Python process nor its JVM is left.
+    left = holding_environment(f"{MARK}={mark}")
+    assert left == [], [command_text(pid) for pid in left]
 
 
-def _commands_naming(text: str) -> list[str]:
-    """The command lines of this machine's processes that hold `text`."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            command = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # the process ended meanwhile
-            continue
-        if text in command:
-            found.append(command)
-    return found
+MARK = "ROUTER_TEST_SPARK_START"
+"""The variable by which the test finds the processes of the pass-through it started."""

@@ -16,7 +16,7 @@ import pytest
 from streaming.cli import build_parser
 from streaming.config import load_settings
 from streaming.devtools.embedded_kafka import free_port
-from streaming.devtools.spark_cluster import children
+from streaming.devtools.processes import children
 from streaming.errors import ConfigError, SparkMasterUnavailable
 from streaming.spark.executors import change_line
 from streaming.spark.session import master_addresses, wait_for_master
