@@ -79,19 +79,28 @@ def stop_group(process: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) ->
     started = time.monotonic()
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGINT)
-    killed = False
-    try:
-        process.wait(grace)
-        while group(process.pid):
-            if time.monotonic() - started > grace:
-                raise subprocess.TimeoutExpired(process.args, grace)
-            time.sleep(0.05)
-    except subprocess.TimeoutExpired:
-        killed = True
+    killed = not _group_ended(process, started + grace)
+    if killed:
         with contextlib.suppress(ProcessLookupError):  # every member ended meanwhile
             os.killpg(process.pid, signal.SIGKILL)
-        process.wait(30)
+        # SIGKILL is delivered, not waited for: a member can run a moment longer.
+        if not _group_ended(process, time.monotonic() + 30):
+            left = group(process.pid)
+            raise RuntimeError(f"process group {process.pid} still runs 30 s after SIGKILL: {left}")
     return RouterStop(process.returncode, time.monotonic() - started, killed)
+
+
+def _group_ended(process: subprocess.Popen[bytes], deadline: float) -> bool:
+    """Whether `process` and every other process of its group have ended by `deadline`."""
+    try:
+        process.wait(max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return False
+    while group(process.pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 class RouterProcess:
