@@ -16,8 +16,9 @@ router is stopped, a second message is sent, and `router run` starts again on th
 a resumed start, which also loads the checkpoint's offsets and conversation memory. Each round
 also starts Spark's own floor, a bare streaming pass-through in the router's session
 (`bench.spark_start`), timed the same way: what the router adds to a start is its figure less that
-one, measured on the same machine in the same minutes. Without --bootstrap it starts the embedded
-broker on a free port.
+one, measured on the same machine in the same minutes. A start begins only once the process before
+it has ended, its JVM too (`bench.router_process.stop_group`). Without --bootstrap it starts the
+embedded broker on a free port.
 """
 
 from __future__ import annotations
