@@ -467,13 +467,19 @@ def leader_gone(exc: KafkaException) -> bool:
     `leader_moving`, or the client's own errors for a partition the metadata listed but whose
     leader it does not know (its broker stopped, or it went away since the metadata named it):
     list_offsets' "Failed to query partition leaders: No leaders found" (_NOENT) and a consumer's
-    get_watermark_offsets' "Unknown partition" (_UNKNOWN_PARTITION), both raised at once.
+    get_watermark_offsets' "Unknown partition" (_UNKNOWN_PARTITION), both raised at once. Or the
+    leader's UNKNOWN_TOPIC_OR_PART for a partition the metadata listed: on a cluster, the broker
+    that leads a topic created a moment ago can answer for it before it has taken in the topic
+    (seen on two brokers, asked for a topic the router had just created). A topic's own
+    UNKNOWN_TOPIC_OR_PART in the metadata still says it does not exist (`leader_moving`).
     """
     error = _kafka_error(exc)
     return leader_moving(error) or (error is not None and error.code() in _NO_LEADER_KNOWN)
 
 
-_NO_LEADER_KNOWN = frozenset({KafkaError._NOENT, KafkaError._UNKNOWN_PARTITION})
+_NO_LEADER_KNOWN = frozenset(
+    {KafkaError._NOENT, KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART}
+)
 
 
 def time_for_another_ask(deadline: float) -> bool:
