@@ -24,6 +24,9 @@ pytestmark = pytest.mark.integration
 
 MESSAGES = 40
 
+MARK = "ROUTER_TEST_SPARK_START"
+"""The variable by which the test finds the processes of the pass-through it started."""
+
 
 def test_the_sent_headers_are_the_contracts_in_its_order() -> None:
     assert list(SENT_HEADERS) == [h for h in MESSAGE_HEADERS if h in SENT_HEADERS]
@@ -77,7 +80,3 @@ def test_sparks_own_start_is_timed_to_its_first_copy_and_its_process_is_stopped(
     # Stopped: neither the pass-through's Python process nor its JVM is left.
     left = holding_environment(f"{MARK}={mark}")
     assert left == [], [command_text(pid) for pid in left]
-
-
-MARK = "ROUTER_TEST_SPARK_START"
-"""The variable by which the test finds the processes of the pass-through it started."""
