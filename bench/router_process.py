@@ -16,7 +16,6 @@ the returned `RouterStop`.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -44,7 +43,7 @@ from bench.common import (
     read_topics,
 )
 from streaming import topics
-from streaming.devtools.processes import group
+from streaming.devtools.processes import end_group
 from streaming.rules.model import Instance
 
 READY_TIMEOUT_S = 300.0
@@ -73,34 +72,13 @@ class RouterStop:
 
 
 def stop_group(process: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> RouterStop:
-    """SIGINT to the process group `process` leads, and a wait for the whole group: the JVM goes on
-    shutting down for a while after its Python parent has exited, and a benchmark that went on
-    meanwhile would time its next start beside it. SIGKILL to the group once `grace` has passed."""
+    """SIGINT to the process group `process` leads, and a wait for the whole group (`end_group`): a
+    benchmark that went on while the JVM still shut down would time its next step beside it.
+    SIGKILL to the group once `grace` has passed."""
     started = time.monotonic()
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGINT)
-    killed = not _group_ended(process, started + grace)
-    if killed:
-        with contextlib.suppress(ProcessLookupError):  # every member ended meanwhile
-            os.killpg(process.pid, signal.SIGKILL)
-        # SIGKILL is delivered, not waited for: a member can run a moment longer.
-        if not _group_ended(process, time.monotonic() + 30):
-            left = group(process.pid)
-            raise RuntimeError(f"process group {process.pid} still runs 30 s after SIGKILL: {left}")
+    killed = end_group(process.pid, signal.SIGINT, grace)
+    process.wait(30)  # ended with its group: this takes its exit code
     return RouterStop(process.returncode, time.monotonic() - started, killed)
-
-
-def _group_ended(process: subprocess.Popen[bytes], deadline: float) -> bool:
-    """Whether `process` and every other process of its group have ended by `deadline`."""
-    try:
-        process.wait(max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        return False
-    while group(process.pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 class RouterProcess:

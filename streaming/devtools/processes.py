@@ -1,12 +1,16 @@
 """What /proc says of this machine's processes: for the tools and tests that start and stop them.
 
 A command started in a process group of its own (`start_new_session`) takes its JVM into the group;
-`group` lists what is left of it, so that a stop can wait for the JVM as well as for its parent.
+`group` lists what is left of it, and `end_group` stops it: the JVM as well as its parent.
 `holding_environment` finds processes by a variable set for them, which their children inherit.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import time
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -70,3 +74,32 @@ def holding_environment(entry: str) -> list[int]:
         if held:
             found.append(int(folder.name))
     return found
+
+
+def end_group(pgid: int, sig: int, grace: float, killed_within: float = 30.0) -> bool:
+    """`sig` to every process of group `pgid`, then SIGKILL to those left after `grace`.
+
+    Returns once none is left (True: they were killed). A JVM goes on shutting down for a while
+    after its parent has exited, so the parent's exit alone does not end the group. SIGKILL is
+    delivered, not waited for, so the wait goes on after it too: a group still alive
+    `killed_within` seconds later is an error.
+    """
+    with contextlib.suppress(ProcessLookupError):  # every member ended already
+        os.killpg(pgid, sig)
+    if _group_ended(pgid, grace):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    if _group_ended(pgid, killed_within):
+        return True
+    raise RuntimeError(f"process group {pgid} still runs {killed_within:g} s after SIGKILL: {group(pgid)}")
+
+
+def _group_ended(pgid: int, within: float) -> bool:
+    """Whether no process of group `pgid` is left within `within` seconds."""
+    deadline = time.monotonic() + within
+    while group(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

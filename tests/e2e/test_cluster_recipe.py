@@ -15,7 +15,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from test_faults import LATE, accounted, namespace, send_traffic
 
 from streaming import topics
 from streaming.devtools.embedded_kafka import free_port
-from streaming.devtools.processes import command_line, group
+from streaming.devtools.processes import command_line, end_group, group
 from streaming.rules.model import Route
 from streaming.tables.topic_io import put_route
 
@@ -41,18 +40,6 @@ def recipe() -> str:
     found = re.search(r"```bash\n(.*?)```", text.split(SECTION, 1)[1], re.DOTALL)
     assert found, f"the README's {SECTION!r} section holds a bash block"
     return found.group(1)
-
-
-def end_group(pgid: int, timeout_s: float = 60.0) -> None:
-    """SIGTERM to every process of the group, and SIGKILL to those left after `timeout_s`."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + timeout_s
-        while group(pgid) and time.monotonic() < deadline:
-            time.sleep(0.2)
 
 
 def test_the_readme_cluster_recipe_routes_on_two_workers(kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -94,4 +81,4 @@ def test_the_readme_cluster_recipe_routes_on_two_workers(kafka_bootstrap: str, t
         assert shell.wait(120) == 0, log.read_text()[-3000:]
         assert "stopped between micro-batches" in log.read_text()
     finally:
-        end_group(shell.pid)
+        end_group(shell.pid, signal.SIGTERM, 60.0)
